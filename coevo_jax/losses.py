@@ -1,0 +1,238 @@
+"""Pure loss functions of "Co-Evolving Agents" (arXiv 2511.22254), importable by any JAX project.
+
+Every function takes and returns plain arrays: no Flax, no globals, safe under jit, vmap and grad. Math is
+float32 even when logits or hidden states arrive in bfloat16.
+
+Shape legend: B batch (sequences or pairs), T tokens, V vocabulary, D hidden size, N = B*T flattened tokens.
+
+Masks: `loss_mask[b, t] = 1` means the log-prob of `targets[b, t]` counts, i.e. `targets[b, t]` is an action
+token (assistant turn, its end-of-turn token included). It is not an attention mask: instruction and
+observation tokens are attended to but carry no loss.
+
+Paper equations: eq. 2/4 `sequence_logprobs`, eq. 5 `sft_loss`, eq. 7 `dpo_loss`, eq. 9 `coevo_loss`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+def _at_least_float32(x: jax.Array) -> jax.Array:
+    """Upcast bfloat16/float16 to float32; float32 and float64 (used by gradient checks) stay as they are."""
+    x = jnp.asarray(x)
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def token_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array:
+    """log softmax(logits)[targets] per position, in float32 (or wider): [B, T]."""
+    logits = _at_least_float32(logits_BxTxV)
+    log_normaliser = jax.nn.logsumexp(logits, axis=-1)
+    target_logits = jnp.take_along_axis(logits, targets_BxT[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    return target_logits - log_normaliser
+
+
+def masked_sum(values_BxT: jax.Array, loss_mask_BxT: jax.Array) -> jax.Array:
+    """Sum over T of `values` where the mask is set; masked entries never leak NaN or inf: [B]."""
+    keep = loss_mask_BxT.astype(bool)
+    return jnp.sum(jnp.where(keep, _at_least_float32(values_BxT), 0.0), axis=-1)
+
+
+def sequence_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array, loss_mask_BxT: jax.Array) -> jax.Array:
+    """log pi(e|u) of eq. 2/4: the sum of action-token log-probs of each sequence, [B]."""
+    return masked_sum(token_logprobs(logits_BxTxV, targets_BxT), loss_mask_BxT)
+
+
+class SFTTerms(NamedTuple):
+    """Summed negative log-likelihood and action-token count of a batch.
+
+    Adding these over micro-batches and dividing once gives the exact global per-token mean of eq. 5,
+    which averaging per-micro-batch means does not when micro-batches hold different token counts.
+    """
+
+    nll_sum: jax.Array
+    token_count: jax.Array
+
+    def mean(self) -> jax.Array:
+        """Per-token mean NLL; 0 when no token is masked in (never NaN)."""
+        return self.nll_sum / jnp.maximum(self.token_count, 1.0)
+
+
+def sft_terms_from_token_logprobs(token_logps_BxT: jax.Array, loss_mask_BxT: jax.Array) -> SFTTerms:
+    """(sum of NLL, token count) over masked positions of already computed token log-probs."""
+    nll_sum = -jnp.sum(masked_sum(token_logps_BxT, loss_mask_BxT))
+    token_count = jnp.sum(loss_mask_BxT.astype(jnp.float32))
+    return SFTTerms(nll_sum=nll_sum, token_count=token_count)
+
+
+def sft_terms(logits_BxTxV: jax.Array, targets_BxT: jax.Array, loss_mask_BxT: jax.Array) -> SFTTerms:
+    """(sum of NLL, token count) of eq. 5 over the action tokens of a batch."""
+    return sft_terms_from_token_logprobs(token_logprobs(logits_BxTxV, targets_BxT), loss_mask_BxT)
+
+
+def sft_loss(logits_BxTxV: jax.Array, targets_BxT: jax.Array, loss_mask_BxT: jax.Array) -> jax.Array:
+    """Eq. 5: mean negative log-likelihood per action token (scalar)."""
+    return sft_terms(logits_BxTxV, targets_BxT, loss_mask_BxT).mean()
+
+
+class DPOOutput(NamedTuple):
+    """Per-pair DPO loss with the usual metrics; all [B], float32. Metrics carry no gradient."""
+
+    losses: jax.Array
+    chosen_rewards: jax.Array
+    rejected_rewards: jax.Array
+    reward_margins: jax.Array
+    reward_accuracies: jax.Array
+
+
+def dpo_loss(
+    policy_chosen_logps: jax.Array,
+    policy_rejected_logps: jax.Array,
+    reference_chosen_logps: jax.Array,
+    reference_rejected_logps: jax.Array,
+    beta: float | jax.Array,
+) -> DPOOutput:
+    """Eq. 7: -log sigmoid(beta * ((pc - rc) - (pr - rr))) per pair, with implicit rewards and accuracy.
+
+    The implicit reward of a trajectory is beta * (log pi(e|u) - log pi_ref(e|u)); accuracy is 1 where the
+    chosen reward exceeds the rejected one.
+    """
+    chosen_log_ratio = _at_least_float32(policy_chosen_logps) - _at_least_float32(reference_chosen_logps)
+    rejected_log_ratio = _at_least_float32(policy_rejected_logps) - _at_least_float32(
+        reference_rejected_logps
+    )
+    losses = -jax.nn.log_sigmoid(beta * (chosen_log_ratio - rejected_log_ratio))
+    chosen_rewards = jax.lax.stop_gradient(beta * chosen_log_ratio)
+    rejected_rewards = jax.lax.stop_gradient(beta * rejected_log_ratio)
+    return DPOOutput(
+        losses=losses,
+        chosen_rewards=chosen_rewards,
+        rejected_rewards=rejected_rewards,
+        reward_margins=chosen_rewards - rejected_rewards,
+        reward_accuracies=(chosen_rewards > rejected_rewards).astype(jnp.float32),
+    )
+
+
+class CoevoLossOutput(NamedTuple):
+    """Eq. 9 for a batch of pairs.
+
+    `loss` is the mean over valid pairs; `loss_sum` and `pair_count` let gradient accumulation form the exact
+    mean over all micro-batches. `per_pair` is lambda_dpo * dpo + lambda_sft * sft_nll (0 for padding pairs).
+    """
+
+    loss: jax.Array
+    loss_sum: jax.Array
+    pair_count: jax.Array
+    per_pair: jax.Array
+    dpo: DPOOutput
+    sft_nll: jax.Array
+
+
+def coevo_loss(
+    policy_chosen_logps: jax.Array,
+    policy_rejected_logps: jax.Array,
+    reference_chosen_logps: jax.Array,
+    reference_rejected_logps: jax.Array,
+    chosen_token_counts: jax.Array,
+    lambda_dpo: jax.Array,
+    lambda_sft: jax.Array,
+    beta: float | jax.Array,
+    pair_mask: jax.Array | None = None,
+    sft_per_token: bool = True,
+) -> CoevoLossOutput:
+    """Eq. 9: weighted DPO plus auxiliary SFT on the chosen trajectory, per pair.
+
+    lambda_dpo/lambda_sft [B] are per-pair weights: (0.5, 0.5) for pairs with an expert side, (1.0, 0.0) for
+    failure-failure pairs. The SFT term is -log pi(e_chosen|u); with `sft_per_token` (default) it is divided
+    by the chosen trajectory's action-token count so it is on the scale of eq. 5 and of the DPO term (as in
+    RPO-style auxiliary NLL); `sft_per_token=False` uses the literal sequence sum of eq. 9. `pair_mask` [B]
+    marks real pairs (1) against batch padding (0).
+    """
+    dpo = dpo_loss(
+        policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps, beta
+    )
+    chosen_nll = -_at_least_float32(policy_chosen_logps)
+    if sft_per_token:
+        chosen_nll = chosen_nll / jnp.maximum(_at_least_float32(chosen_token_counts), 1.0)
+    per_pair = _at_least_float32(lambda_dpo) * dpo.losses + _at_least_float32(lambda_sft) * chosen_nll
+    if pair_mask is None:
+        pair_mask = jnp.ones_like(per_pair)
+    valid = pair_mask.astype(bool)
+    per_pair = jnp.where(valid, per_pair, 0.0)
+    loss_sum = jnp.sum(per_pair)
+    pair_count = jnp.sum(valid.astype(jnp.float32))
+    return CoevoLossOutput(
+        loss=loss_sum / jnp.maximum(pair_count, 1.0),
+        loss_sum=loss_sum,
+        pair_count=pair_count,
+        per_pair=per_pair,
+        dpo=dpo,
+        sft_nll=jax.lax.stop_gradient(chosen_nll),
+    )
+
+
+# --- Memory-lean log-probs: from final hidden states and the unembedding, a chunk of tokens at a time. ---
+
+
+def _chunk_token_logprobs(hidden_CxD: jax.Array, unembed_DxV: jax.Array, targets_C: jax.Array) -> jax.Array:
+    """Token log-probs of one chunk of C tokens; logits exist only as [C, V] float32 here."""
+    logits_CxV = jnp.einsum("cd,dv->cv", hidden_CxD, unembed_DxV, preferred_element_type=jnp.float32)
+    return token_logprobs(logits_CxV[None], targets_C[None])[0]
+
+
+def token_logprobs_from_hidden(
+    hidden_BxTxD: jax.Array,
+    unembed_DxV: jax.Array,
+    targets_BxT: jax.Array,
+    chunk_size: int = 1024,
+) -> jax.Array:
+    """Same numbers as `token_logprobs(hidden @ unembed, targets)` without materialising [B, T, V] logits.
+
+    Tokens are flattened to N = B*T, padded to a multiple of `chunk_size` and scanned a chunk at a time; the
+    chunk body is rematerialised in the backward pass, so peak memory is one [chunk_size, V] float32 block
+    instead of [B, T, V] (for T=4096, V=32k, B=8 that is 128 MiB instead of 4 GiB).
+    """
+    batch, length, hidden_size = hidden_BxTxD.shape
+    num_tokens = batch * length
+    num_chunks = -(-num_tokens // chunk_size)
+    padded = num_chunks * chunk_size
+    hidden_NxD = jnp.pad(hidden_BxTxD.reshape(num_tokens, hidden_size), ((0, padded - num_tokens), (0, 0)))
+    targets_N = jnp.pad(targets_BxT.reshape(num_tokens).astype(jnp.int32), (0, padded - num_tokens))
+    chunk_fn = jax.checkpoint(_chunk_token_logprobs)
+
+    def body(carry, chunk):
+        hidden_chunk, target_chunk = chunk
+        return carry, chunk_fn(hidden_chunk, unembed_DxV, target_chunk)
+
+    _, logps = jax.lax.scan(
+        body,
+        None,
+        (hidden_NxD.reshape(num_chunks, chunk_size, hidden_size), targets_N.reshape(num_chunks, chunk_size)),
+    )
+    return logps.reshape(padded)[:num_tokens].reshape(batch, length)
+
+
+def sequence_logprobs_from_hidden(
+    hidden_BxTxD: jax.Array,
+    unembed_DxV: jax.Array,
+    targets_BxT: jax.Array,
+    loss_mask_BxT: jax.Array,
+    chunk_size: int = 1024,
+) -> jax.Array:
+    """Memory-lean `sequence_logprobs`: log pi(e|u) per sequence from hidden states, [B]."""
+    token_logps = token_logprobs_from_hidden(hidden_BxTxD, unembed_DxV, targets_BxT, chunk_size)
+    return masked_sum(token_logps, loss_mask_BxT)
+
+
+def sft_terms_from_hidden(
+    hidden_BxTxD: jax.Array,
+    unembed_DxV: jax.Array,
+    targets_BxT: jax.Array,
+    loss_mask_BxT: jax.Array,
+    chunk_size: int = 1024,
+) -> SFTTerms:
+    """Memory-lean `sft_terms`: (sum of NLL, token count) from hidden states."""
+    token_logps = token_logprobs_from_hidden(hidden_BxTxD, unembed_DxV, targets_BxT, chunk_size)
+    return sft_terms_from_token_logprobs(token_logps, loss_mask_BxT)

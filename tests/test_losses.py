@@ -1,0 +1,253 @@
+"""coevo_jax.losses against float64 NumPy references on fresh random inputs."""
+
+import os
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from coevo_jax import losses
+
+RTOL = 1e-5
+
+
+def fresh_rng():
+    """A new random generator per test; the seed goes into failure messages so a failure can be replayed."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    return np.random.default_rng(seed), seed
+
+
+# --- float64 NumPy references, written from the paper's equations ---
+
+
+def ref_token_logprobs(logits, targets):
+    logits = logits.astype(np.float64)
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_z = np.log(np.exp(shifted).sum(-1)) + logits.max(-1)
+    return np.take_along_axis(logits, targets[..., None], -1)[..., 0] - log_z
+
+
+def ref_sequence_logprobs(logits, targets, mask):
+    return (ref_token_logprobs(logits, targets) * mask).sum(-1)
+
+
+def ref_sft_loss(logits, targets, mask):
+    count = mask.sum()
+    return -(ref_token_logprobs(logits, targets) * mask).sum() / max(count, 1.0)
+
+
+def ref_log_sigmoid(x):
+    return -np.logaddexp(0.0, -x)
+
+
+def ref_dpo(pc, pr, rc, rr, beta):
+    z = beta * ((pc - rc) - (pr - rr))
+    return -ref_log_sigmoid(z), beta * (pc - rc), beta * (pr - rr)
+
+
+def random_batch(rng, batch=3, length=7, vocab=11, scale=3.0, dtype=np.float32):
+    logits = (rng.standard_normal((batch, length, vocab)) * scale).astype(dtype)
+    targets = rng.integers(0, vocab, (batch, length))
+    mask = (rng.random((batch, length)) < 0.6).astype(np.float32)
+    mask[0] = 0.0  # a row with no action token at all
+    return logits, targets, mask
+
+
+def assert_close(actual, expected, seed, rtol=RTOL, atol=0.0):
+    np.testing.assert_allclose(
+        np.asarray(actual, np.float64), expected, rtol=rtol, atol=atol, err_msg=f"seed={seed}"
+    )
+
+
+def test_token_and_sequence_logprobs_match_float64_reference():
+    rng, seed = fresh_rng()
+    logits, targets, mask = random_batch(rng)
+    assert_close(losses.token_logprobs(logits, targets), ref_token_logprobs(logits, targets), seed, atol=1e-6)
+    got = losses.sequence_logprobs(logits, targets, mask)
+    assert_close(got, ref_sequence_logprobs(logits, targets, mask), seed, atol=1e-6)
+    assert float(got[0]) == 0.0  # all-zero mask row
+
+
+def test_sequence_logprobs_ignore_masked_positions_even_if_non_finite():
+    rng, seed = fresh_rng()
+    logits, targets, mask = random_batch(rng)
+    logits[1, 2, :] = np.nan  # garbage at a masked-out position must not leak
+    mask[1, 2] = 0.0
+    got = np.asarray(losses.sequence_logprobs(logits, targets, mask))
+    assert np.isfinite(got).all(), f"seed={seed}"
+
+
+def test_sft_loss_and_terms_match_reference_and_accumulate_exactly():
+    rng, seed = fresh_rng()
+    logits, targets, mask = random_batch(rng, batch=4)
+    assert_close(losses.sft_loss(logits, targets, mask), ref_sft_loss(logits, targets, mask), seed)
+    # Two micro-batches with different token counts: summing terms gives the global per-token mean.
+    first = losses.sft_terms(logits[:1], targets[:1], mask[:1])
+    second = losses.sft_terms(logits[1:], targets[1:], mask[1:])
+    combined = losses.SFTTerms(first.nll_sum + second.nll_sum, first.token_count + second.token_count)
+    assert_close(combined.mean(), ref_sft_loss(logits, targets, mask), seed)
+    assert float(losses.sft_loss(logits, targets, np.zeros_like(mask))) == 0.0
+
+
+def test_dpo_loss_matches_reference_with_metrics():
+    rng, seed = fresh_rng()
+    pc, pr, rc, rr = ((rng.standard_normal(16) * 20 - 50).astype(np.float32) for _ in range(4))
+    beta = 0.1
+    out = losses.dpo_loss(pc, pr, rc, rr, beta)
+    p64 = [x.astype(np.float64) for x in (pc, pr, rc, rr)]
+    ref_loss, ref_chosen, ref_rejected = ref_dpo(*p64, beta)
+    assert_close(out.losses, ref_loss, seed, atol=1e-6)
+    assert_close(out.chosen_rewards, ref_chosen, seed, atol=1e-5)
+    assert_close(out.rejected_rewards, ref_rejected, seed, atol=1e-5)
+    assert_close(out.reward_margins, ref_chosen - ref_rejected, seed, atol=1e-5)
+    np.testing.assert_array_equal(
+        np.asarray(out.reward_accuracies), (ref_chosen > ref_rejected).astype(np.float32)
+    )
+
+
+def test_dpo_loss_is_stable_for_large_margins():
+    pc = jnp.array([1e4, -1e4])
+    zeros = jnp.zeros(2)
+    out = losses.dpo_loss(pc, zeros, zeros, zeros, 0.5)
+    assert np.isfinite(np.asarray(out.losses)).all()
+    np.testing.assert_allclose(np.asarray(out.losses), [0.0, 5e3], rtol=1e-6)
+
+
+def test_coevo_loss_matches_eq9_reference():
+    rng, seed = fresh_rng()
+    b = 8
+    pc, pr, rc, rr = ((rng.standard_normal(b) * 10 - 30).astype(np.float32) for _ in range(4))
+    counts = rng.integers(0, 40, b).astype(np.float32)
+    lam_dpo = np.where(rng.random(b) < 0.5, 0.5, 1.0).astype(np.float32)
+    lam_sft = np.where(lam_dpo == 0.5, 0.5, 0.0).astype(np.float32)
+    pair_mask = np.ones(b, np.float32)
+    pair_mask[-2:] = 0.0
+    beta = 0.5
+    ref_dpo_loss, _, _ = ref_dpo(*(x.astype(np.float64) for x in (pc, pr, rc, rr)), beta)
+    for per_token in (True, False):
+        nll = -pc.astype(np.float64) / (np.maximum(counts, 1.0) if per_token else 1.0)
+        ref_per_pair = (lam_dpo * ref_dpo_loss + lam_sft * nll) * pair_mask
+        out = losses.coevo_loss(
+            pc, pr, rc, rr, counts, lam_dpo, lam_sft, beta, pair_mask, sft_per_token=per_token
+        )
+        assert_close(out.per_pair, ref_per_pair, seed, atol=1e-6)
+        assert_close(out.loss, ref_per_pair.sum() / pair_mask.sum(), seed, atol=1e-6)
+        assert float(out.pair_count) == pair_mask.sum()
+
+
+def test_coevo_loss_failure_pairs_reduce_to_dpo():
+    rng, seed = fresh_rng()
+    pc, pr, rc, rr = ((rng.standard_normal(5) * 10).astype(np.float32) for _ in range(4))
+    out = losses.coevo_loss(pc, pr, rc, rr, np.full(5, 7.0), np.ones(5), np.zeros(5), 0.1)
+    assert_close(out.loss, np.mean(np.asarray(losses.dpo_loss(pc, pr, rc, rr, 0.1).losses)), seed, atol=1e-7)
+
+
+def test_losses_accept_bfloat16_logits_and_compute_in_float32():
+    rng, seed = fresh_rng()
+    logits, targets, mask = random_batch(rng)
+    logits_bf16 = jnp.asarray(logits, jnp.bfloat16)
+    got = losses.sequence_logprobs(logits_bf16, targets, mask)
+    assert got.dtype == jnp.float32
+    # Reference on the bf16-rounded values: the only error left is float32 accumulation.
+    rounded = np.asarray(logits_bf16.astype(jnp.float32))
+    assert_close(got, ref_sequence_logprobs(rounded, targets, mask), seed, atol=1e-5)
+    assert losses.sft_loss(logits_bf16, targets, mask).dtype == jnp.float32
+
+
+def test_losses_are_jit_and_vmap_safe():
+    rng, seed = fresh_rng()
+    logits, targets, mask = random_batch(rng)
+    jitted = jax.jit(losses.sequence_logprobs)
+    assert_close(jitted(logits, targets, mask), ref_sequence_logprobs(logits, targets, mask), seed, atol=1e-6)
+    per_row = jax.vmap(lambda lg, t, m: losses.sequence_logprobs(lg[None], t[None], m[None])[0])
+    assert_close(
+        per_row(logits, targets, mask), ref_sequence_logprobs(logits, targets, mask), seed, atol=1e-6
+    )
+
+
+def test_gradients_match_finite_differences():
+    rng, _ = fresh_rng()
+    logits, targets, mask = random_batch(rng, batch=2, length=4, vocab=5)
+    pc, pr, rc, rr = (rng.standard_normal(3) for _ in range(4))
+    with jax.enable_x64(True):
+        lg = jnp.asarray(logits, jnp.float64)
+        check_grads(lambda x: losses.sequence_logprobs(x, targets, mask), (lg,), order=2, modes=["rev"])
+        check_grads(lambda x: losses.sft_loss(x, targets, mask), (lg,), order=2, modes=["rev"])
+        check_grads(lambda a, b: losses.dpo_loss(a, b, rc, rr, 0.3).losses, (pc, pr), order=2, modes=["rev"])
+        check_grads(
+            lambda a, b: (
+                losses.coevo_loss(a, b, rc, rr, np.full(3, 4.0), np.full(3, 0.5), np.full(3, 0.5), 0.3).loss
+            ),
+            (pc, pr),
+            order=2,
+            modes=["rev"],
+        )
+
+
+def test_gradient_of_logprobs_is_zero_off_the_mask():
+    rng, seed = fresh_rng()
+    logits, targets, mask = random_batch(rng)
+    grad = jax.grad(lambda x: jnp.sum(losses.sequence_logprobs(x, targets, mask)))(logits)
+    off_mask = np.asarray(grad)[mask == 0]
+    assert np.all(off_mask == 0.0), f"seed={seed}"
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 64])
+def test_chunked_logprobs_from_hidden_equal_unchunked(chunk_size):
+    rng, seed = fresh_rng()
+    batch, length, hidden, vocab = 3, 9, 8, 13
+    hidden_states = rng.standard_normal((batch, length, hidden)).astype(np.float32)
+    unembed = rng.standard_normal((hidden, vocab)).astype(np.float32)
+    targets = rng.integers(0, vocab, (batch, length))
+    mask = (rng.random((batch, length)) < 0.5).astype(np.float32)
+    logits64 = hidden_states.astype(np.float64) @ unembed.astype(np.float64)
+    got = losses.sequence_logprobs_from_hidden(hidden_states, unembed, targets, mask, chunk_size=chunk_size)
+    assert_close(got, ref_sequence_logprobs(logits64, targets, mask), seed, atol=1e-5)
+    full = losses.sequence_logprobs(jnp.einsum("btd,dv->btv", hidden_states, unembed), targets, mask)
+    assert_close(got, np.asarray(full, np.float64), seed, atol=1e-5)
+    terms = losses.sft_terms_from_hidden(hidden_states, unembed, targets, mask, chunk_size=chunk_size)
+    assert_close(terms.mean(), ref_sft_loss(logits64, targets, mask), seed, atol=1e-6)
+
+    def chunked_total(h, w):
+        return jnp.sum(losses.sequence_logprobs_from_hidden(h, w, targets, mask, chunk_size=chunk_size))
+
+    def full_total(h, w):
+        return jnp.sum(losses.sequence_logprobs(jnp.einsum("btd,dv->btv", h, w), targets, mask))
+
+    chunked_grads = jax.grad(chunked_total, argnums=(0, 1))(hidden_states, unembed)
+    full_grads = jax.grad(full_total, argnums=(0, 1))(hidden_states, unembed)
+    for a, b in zip(chunked_grads, full_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5, err_msg=f"seed={seed}")
+
+
+def test_chunked_logprobs_never_build_full_logits():
+    """For T=4096, V=32k the lean path's compiled temporaries stay far below one float32 [B,T,V] array."""
+    batch, length, hidden, vocab, chunk = 2, 4096, 64, 32768, 512
+    h = jax.ShapeDtypeStruct((batch, length, hidden), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((hidden, vocab), jnp.bfloat16)
+    t = jax.ShapeDtypeStruct((batch, length), jnp.int32)
+    m = jax.ShapeDtypeStruct((batch, length), jnp.float32)
+
+    def total(hh, ww, tt, mm):
+        return jnp.sum(losses.sequence_logprobs_from_hidden(hh, ww, tt, mm, chunk_size=chunk))
+
+    compiled = jax.jit(jax.grad(total, argnums=(0, 1))).lower(h, w, t, m).compile()
+    full_logits_bytes = batch * length * vocab * 4
+    temp_bytes = compiled.memory_analysis().temp_size_in_bytes
+    chunk_logits_bytes = chunk * vocab * 4
+    # Forward and backward each hold about one [chunk, V] float32 block; nothing near [B, T, V].
+    assert temp_bytes < 3 * chunk_logits_bytes, (temp_bytes, chunk_logits_bytes)
+    assert temp_bytes < full_logits_bytes / 4, (temp_bytes, full_logits_bytes)
+
+
+def test_dpo_loss_traces_once_for_fixed_shapes():
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def step(pc, pr, rc, rr):
+        return losses.dpo_loss(pc, pr, rc, rr, 0.1).losses.mean()
+
+    for _ in range(3):
+        step(*(jnp.asarray(np.random.default_rng().standard_normal(4), jnp.float32) for _ in range(4)))
