@@ -1,0 +1,195 @@
+"""Decoder hyper-parameters (`ModelConfig`) and their translation from/to Hugging Face `config.json`.
+
+One frozen, hashable dataclass describes every supported family (Llama-2, Llama-3, Qwen2/2.5, Qwen3,
+SmolLM2); the family differences reduce to a few flags (q/k/v bias, per-head q/k RMSNorm, tied embeddings,
+Llama-3 RoPE scaling). Being hashable, a config can live as static data inside an NNX module and be a
+static argument of `jax.jit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama-3.1 style frequency-dependent RoPE rescaling (`rope_type: llama3`)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Architecture plus dtype policy of a decoder-only transformer.
+
+    `dtype` is the compute dtype (activations, matmul inputs); `param_dtype` the storage dtype of
+    parameters. Attention scores, softmax and RMSNorm statistics are always computed in float32.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rope_scaling: Llama3RopeScaling | None = None
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # bias on q/k/v projections
+    attention_out_bias: bool = False  # bias on the output projection
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on queries and keys before RoPE
+    max_position_embeddings: int = 4096
+    bos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None
+    pad_token_id: int | None = None
+    model_type: str = "llama"
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+    remat: bool = False
+
+    def __post_init__(self):
+        if self.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"model_type {self.model_type!r} not in {SUPPORTED_MODEL_TYPES}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} not a multiple of num_kv_heads={self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+        # Canonicalise dtypes so that equal configs hash equally ("bfloat16" == jnp.bfloat16).
+        object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
+        object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
+        if isinstance(self.eos_token_id, list):
+            object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (e.g. `dtype=jnp.bfloat16`)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_hf(cls, hf_config: Mapping[str, Any], *, source: str = "config.json", **overrides: Any):
+        """Builds a config from a Hugging Face `config.json` dict (transformers 4.x or 5.x layout).
+
+        `source` only serves error messages (the file the dict came from); `overrides` replace fields
+        afterwards (typically `dtype`/`param_dtype`). Raises ValueError for unsupported architectures.
+        """
+        model_type = hf_config.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(
+                f"{source}: unsupported architecture model_type={model_type!r} "
+                f"(architectures={hf_config.get('architectures')}); supported model types: "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+            )
+        act = hf_config.get("hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"{source}: unsupported hidden_act={act!r} (only 'silu' / SwiGLU)")
+        if hf_config.get("use_sliding_window"):
+            raise ValueError(f"{source}: sliding-window attention (use_sliding_window=true) is not supported")
+        hidden = int(hf_config["hidden_size"])
+        num_heads = int(hf_config["num_attention_heads"])
+        theta, scaling = _rope_from_hf(hf_config, source)
+        bias = bool(hf_config.get("attention_bias", False))
+        fields = dict(
+            vocab_size=int(hf_config["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(hf_config["intermediate_size"]),
+            num_layers=int(hf_config["num_hidden_layers"]),
+            num_heads=num_heads,
+            num_kv_heads=int(hf_config.get("num_key_value_heads") or num_heads),
+            head_dim=int(hf_config.get("head_dim") or hidden // num_heads),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            rms_norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
+            # Qwen2 always has q/k/v bias and no output bias; Llama/Qwen3 use one flag for both.
+            attention_bias=True if model_type == "qwen2" else bias,
+            attention_out_bias=False if model_type == "qwen2" else bias,
+            mlp_bias=bool(hf_config.get("mlp_bias", False)),
+            qk_norm=model_type == "qwen3",
+            max_position_embeddings=int(hf_config.get("max_position_embeddings", 4096)),
+            bos_token_id=hf_config.get("bos_token_id"),
+            eos_token_id=hf_config.get("eos_token_id"),
+            pad_token_id=hf_config.get("pad_token_id"),
+            model_type=model_type,
+        )
+        fields.update(overrides)
+        return cls(**fields)
+
+    def to_hf(self) -> dict[str, Any]:
+        """A `config.json` dict that transformers (4.x and 5.x) loads as the matching *ForCausalLM."""
+        if self.model_type == "qwen2" and (not self.attention_bias or self.attention_out_bias):
+            raise ValueError("qwen2 requires q/k/v bias and no output bias")
+        if self.model_type != "qwen2" and self.attention_bias != self.attention_out_bias:
+            raise ValueError(f"{self.model_type} uses one attention_bias flag for q/k/v and output")
+        if self.qk_norm != (self.model_type == "qwen3"):
+            raise ValueError("qk_norm is exactly the qwen3 architecture")
+        if self.mlp_bias and self.model_type != "llama":
+            raise ValueError("mlp_bias is only expressible for model_type 'llama'")
+        rope_parameters: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
+        if self.rope_scaling is not None:
+            rope_parameters.update(rope_type="llama3", **dataclasses.asdict(self.rope_scaling))
+        eos = list(self.eos_token_id) if isinstance(self.eos_token_id, tuple) else self.eos_token_id
+        out: dict[str, Any] = {
+            "architectures": [_ARCHITECTURES[self.model_type]],
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            # 5.x reads `rope_parameters`; 4.x reads `rope_theta` + `rope_scaling`.
+            "rope_parameters": rope_parameters,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": None if self.rope_scaling is None else dict(rope_parameters),
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": eos,
+            "pad_token_id": self.pad_token_id,
+            "torch_dtype": np.dtype(self.param_dtype).name,
+            "use_cache": True,
+        }
+        if self.model_type != "qwen2":
+            out["attention_bias"] = self.attention_bias
+        if self.model_type == "llama":
+            out["mlp_bias"] = self.mlp_bias
+        return out
+
+
+def _rope_from_hf(hf_config: Mapping[str, Any], source: str) -> tuple[float, Llama3RopeScaling | None]:
+    """Reads (theta, scaling) from either `rope_parameters` (5.x) or `rope_theta`/`rope_scaling` (4.x)."""
+    params = dict(hf_config.get("rope_parameters") or {})
+    legacy = hf_config.get("rope_scaling") or {}
+    params = {**legacy, **params}
+    theta = float(params.get("rope_theta", hf_config.get("rope_theta", 10000.0)))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type in (None, "default"):
+        return theta, None
+    if rope_type != "llama3":
+        raise ValueError(f"{source}: unsupported rope_type={rope_type!r} (supported: default, llama3)")
+    try:
+        scaling = Llama3RopeScaling(
+            factor=float(params["factor"]),
+            low_freq_factor=float(params["low_freq_factor"]),
+            high_freq_factor=float(params["high_freq_factor"]),
+            original_max_position_embeddings=int(params["original_max_position_embeddings"]),
+        )
+    except KeyError as missing:
+        raise ValueError(f"{source}: llama3 rope scaling lacks {missing}") from None
+    return theta, scaling

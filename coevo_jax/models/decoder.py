@@ -1,0 +1,226 @@
+"""Flax NNX decoder-only transformer for the Llama-2/3, Qwen2/2.5, Qwen3 and SmolLM2 families.
+
+Pre-norm blocks of grouped-query attention (RoPE, optional q/k/v bias and per-head q/k RMSNorm) and a
+SwiGLU MLP. Positions come from the attention mask (`cumsum(mask) - 1`), so left- and right-padded rows
+both work, and padded keys are never attended. Two entry points share the layers:
+
+* `__call__` / `hidden_states`: full-sequence forward for training and scoring;
+* `forward_cached` / `hidden_states_cached`: append a chunk of tokens to a `KVCache` (prefill,
+  incremental prefill of new observations, one-token decoding) with static shapes.
+
+Parameters are stored in `param_dtype` and cast to the compute `dtype` on use. Every parameter carries
+logical axis names; activations are constrained by logical names (see `layers.constrain`).
+
+Shape legend: B batch, T length, S cache slots, D hidden_size, F intermediate_size, V vocab_size,
+H query heads, K key/value heads, E head_dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.kv_cache import KVCache, place_chunk, write_chunk
+from coevo_jax.models.layers import RMSNorm, apply_rope, attend, constrain, param, rope_inverse_frequencies
+
+_INIT_STD = 0.02  # HF `initializer_range`; real weights come from checkpoints
+
+
+def _normal(rngs: nnx.Rngs, shape: tuple[int, ...], dtype) -> jax.Array:
+    return (_INIT_STD * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with RoPE; optionally reads and writes one layer of a KV cache."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        d, h, k, e, pd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.param_dtype
+        self.q_kernel = param(_normal(rngs, (d, h, e), pd), ("embed", "q_heads", "head_dim"))
+        self.k_kernel = param(_normal(rngs, (d, k, e), pd), ("embed", "kv_heads", "head_dim"))
+        self.v_kernel = param(_normal(rngs, (d, k, e), pd), ("embed", "kv_heads", "head_dim"))
+        self.o_kernel = param(_normal(rngs, (h, e, d), pd), ("q_heads", "head_dim", "embed"))
+        qkv_bias = cfg.attention_bias
+        self.q_bias = param(jnp.zeros((h, e), pd), ("q_heads", "head_dim")) if qkv_bias else None
+        self.k_bias = param(jnp.zeros((k, e), pd), ("kv_heads", "head_dim")) if qkv_bias else None
+        self.v_bias = param(jnp.zeros((k, e), pd), ("kv_heads", "head_dim")) if qkv_bias else None
+        self.o_bias = param(jnp.zeros((d,), pd), ("embed",)) if cfg.attention_out_bias else None
+        norm = lambda: RMSNorm(e, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd)
+        self.q_norm = norm() if cfg.qk_norm else None
+        self.k_norm = norm() if cfg.qk_norm else None
+        self.config = cfg  # static (hashable); RoPE frequencies are derived from it at trace time
+        self.dtype = cfg.dtype
+
+    def _project(self, x_BxTxD, kernel, bias, norm, positions_BxT):
+        y_BxTxNxE = jnp.einsum("btd,dne->btne", x_BxTxD, kernel[...].astype(self.dtype))
+        if bias is not None:
+            y_BxTxNxE = y_BxTxNxE + bias[...].astype(self.dtype)
+        if norm is not None:
+            y_BxTxNxE = norm(y_BxTxNxE)
+        return (
+            y_BxTxNxE
+            if positions_BxT is None
+            else apply_rope(y_BxTxNxE, positions_BxT, rope_inverse_frequencies(self.config))
+        )
+
+    def __call__(self, x_BxTxD, positions_BxT, allowed_BxTxS, layer_cache=None, slots_BxT=None):
+        """Returns (output [B,T,D], updated (keys, values) of this layer or None without a cache)."""
+        q_BxTxHxE = self._project(x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT)
+        k_BxTxKxE = self._project(x_BxTxD, self.k_kernel, self.k_bias, self.k_norm, positions_BxT)
+        v_BxTxKxE = self._project(x_BxTxD, self.v_kernel, self.v_bias, None, None)
+        q_BxTxHxE = constrain(q_BxTxHxE, ("batch", "length", "heads", "head_dim"))
+        new_cache = None
+        if layer_cache is not None:
+            k_BxSxKxE = write_chunk(layer_cache[0], slots_BxT, k_BxTxKxE)
+            v_BxSxKxE = write_chunk(layer_cache[1], slots_BxT, v_BxTxKxE)
+            new_cache = (k_BxSxKxE, v_BxSxKxE)
+            k_BxTxKxE, v_BxTxKxE = k_BxSxKxE.astype(self.dtype), v_BxSxKxE.astype(self.dtype)
+        out_BxTxHxE = attend(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, allowed_BxTxS)
+        out_BxTxD = jnp.einsum("bthe,hed->btd", out_BxTxHxE, self.o_kernel[...].astype(self.dtype))
+        if self.o_bias is not None:
+            out_BxTxD = out_BxTxD + self.o_bias[...].astype(self.dtype)
+        return out_BxTxD, new_cache
+
+
+class MLP(nnx.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        d, f, pd = cfg.hidden_size, cfg.intermediate_size, cfg.param_dtype
+        self.gate_kernel = param(_normal(rngs, (d, f), pd), ("embed", "mlp"))
+        self.up_kernel = param(_normal(rngs, (d, f), pd), ("embed", "mlp"))
+        self.down_kernel = param(_normal(rngs, (f, d), pd), ("mlp", "embed"))
+        bias = cfg.mlp_bias
+        self.gate_bias = param(jnp.zeros((f,), pd), ("mlp",)) if bias else None
+        self.up_bias = param(jnp.zeros((f,), pd), ("mlp",)) if bias else None
+        self.down_bias = param(jnp.zeros((d,), pd), ("embed",)) if bias else None
+        self.dtype = cfg.dtype
+
+    def _dense(self, x, kernel, bias):
+        y = x @ kernel[...].astype(self.dtype)
+        return y if bias is None else y + bias[...].astype(self.dtype)
+
+    def __call__(self, x_BxTxD):
+        gate_BxTxF = self._dense(x_BxTxD, self.gate_kernel, self.gate_bias)
+        up_BxTxF = self._dense(x_BxTxD, self.up_kernel, self.up_bias)
+        hidden_BxTxF = constrain(jax.nn.silu(gate_BxTxF) * up_BxTxF, ("batch", "length", "mlp"))
+        return self._dense(hidden_BxTxF, self.down_kernel, self.down_bias)
+
+
+class Block(nnx.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        norm = lambda: RMSNorm(
+            cfg.hidden_size, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype
+        )
+        self.input_norm = norm()
+        self.attn = Attention(cfg, rngs=rngs)
+        self.post_attn_norm = norm()
+        self.mlp = MLP(cfg, rngs=rngs)
+
+    def __call__(self, x_BxTxD, positions_BxT, allowed_BxTxS, layer_cache=None, slots_BxT=None):
+        attn_BxTxD, new_cache = self.attn(
+            self.input_norm(x_BxTxD), positions_BxT, allowed_BxTxS, layer_cache, slots_BxT
+        )
+        x_BxTxD = x_BxTxD + attn_BxTxD
+        x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
+        return constrain(x_BxTxD, ("batch", "length", "embed")), new_cache
+
+
+def _run_block(block: Block, *args):
+    return block(*args)
+
+
+_run_block_remat = nnx.remat(_run_block)
+
+
+class Decoder(nnx.Module):
+    """Decoder-only language model; see the module docstring for the entry points."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = cfg
+        d, v, pd = cfg.hidden_size, cfg.vocab_size, cfg.param_dtype
+        self.embed = param(_normal(rngs, (v, d), pd), ("vocab", "embed"))
+        self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(d, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd)
+        self.lm_head = (
+            None if cfg.tie_word_embeddings else param(_normal(rngs, (d, v), pd), ("embed", "vocab"))
+        )
+
+    @property
+    def unembedding(self) -> jax.Array:
+        """Output projection [D, V] in the compute dtype (transposed embedding when tied)."""
+        table = self.embed[...].T if self.lm_head is None else self.lm_head[...]
+        return table.astype(self.config.dtype)
+
+    def embed_tokens(self, input_ids_BxT: jax.Array) -> jax.Array:
+        """Token embeddings [B, T, D] in the compute dtype."""
+        x_BxTxD = jnp.take(self.embed[...], input_ids_BxT, axis=0).astype(self.config.dtype)
+        return constrain(x_BxTxD, ("batch", "length", "embed"))
+
+    def logits_from_hidden(self, hidden_BxTxD: jax.Array) -> jax.Array:
+        """Float32 logits [B, T, V] from final hidden states."""
+        logits = jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembedding, preferred_element_type=jnp.float32)
+        return constrain(logits, ("batch", "length", "vocab"))
+
+    def _layers(self, x_BxTxD, positions_BxT, allowed_BxTxS, cache: KVCache | None, slots_BxT):
+        run = _run_block_remat if self.config.remat else _run_block
+        keys, values = [], []
+        for i, block in enumerate(self.layers):
+            layer_cache = None if cache is None else (cache.keys[i], cache.values[i])
+            x_BxTxD, new_layer_cache = run(
+                block, x_BxTxD, positions_BxT, allowed_BxTxS, layer_cache, slots_BxT
+            )
+            if new_layer_cache is not None:
+                keys.append(new_layer_cache[0])
+                values.append(new_layer_cache[1])
+        return self.final_norm(x_BxTxD), (tuple(keys), tuple(values))
+
+    def hidden_states_from_embeddings(self, x_BxTxD: jax.Array, attention_mask_BxT=None) -> jax.Array:
+        """Final normed hidden states [B, T, D] from input embeddings (full causal attention)."""
+        batch, length, _ = x_BxTxD.shape
+        if attention_mask_BxT is None:
+            attention_mask_BxT = jnp.ones((batch, length), jnp.int32)
+        mask_BxT = attention_mask_BxT.astype(jnp.int32)
+        positions_BxT = jnp.maximum(jnp.cumsum(mask_BxT, axis=1) - 1, 0)
+        causal_TxT = jnp.tril(jnp.ones((length, length), bool))
+        allowed_BxTxT = causal_TxT[None] & (mask_BxT[:, None, :] > 0)
+        hidden_BxTxD, _ = self._layers(x_BxTxD, positions_BxT, allowed_BxTxT, None, None)
+        return hidden_BxTxD
+
+    def hidden_states(self, input_ids_BxT: jax.Array, attention_mask_BxT=None) -> jax.Array:
+        """Final normed hidden states [B, T, D]; pair with `unembedding` for memory-light losses."""
+        return self.hidden_states_from_embeddings(self.embed_tokens(input_ids_BxT), attention_mask_BxT)
+
+    def __call__(self, input_ids_BxT: jax.Array, attention_mask_BxT=None) -> jax.Array:
+        """Float32 logits [B, T, V]. Padding (mask 0) may be on either side; its logits are garbage."""
+        return self.logits_from_hidden(self.hidden_states(input_ids_BxT, attention_mask_BxT))
+
+    def hidden_states_cached(
+        self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None
+    ) -> tuple[jax.Array, KVCache]:
+        """Appends a chunk to `cache`; returns its final hidden states [B, T, D] and the new cache."""
+        if attention_mask_BxT is None:
+            attention_mask_BxT = jnp.ones(input_ids_BxT.shape, jnp.int32)
+        placement = place_chunk(cache.lengths_B, attention_mask_BxT, cache.capacity)
+        hidden_BxTxD, (keys, values) = self._layers(
+            self.embed_tokens(input_ids_BxT),
+            placement.positions_BxT,
+            placement.allowed_BxTxS,
+            cache,
+            placement.slots_BxT,
+        )
+        return hidden_BxTxD, KVCache(keys=keys, values=values, lengths_B=placement.new_lengths_B)
+
+    def forward_cached(
+        self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None
+    ) -> tuple[jax.Array, KVCache]:
+        """Appends a chunk of T >= 1 tokens per row to `cache`; returns float32 logits [B, T, V], new cache.
+
+        Tokens with mask 0 are neither stored nor attended (their logits are garbage), so rows may carry
+        different amounts of padding in the same chunk.
+        """
+        hidden_BxTxD, new_cache = self.hidden_states_cached(input_ids_BxT, cache, attention_mask_BxT)
+        return self.logits_from_hidden(hidden_BxTxD), new_cache

@@ -1,0 +1,206 @@
+"""Mapping between Hugging Face tensor names/layouts and the decoder's NNX parameters.
+
+`tensor_mappings(cfg)` lists, for every parameter, its HF name (e.g. `model.layers.0.self_attn.q_proj.weight`),
+its path in `nnx.state(Decoder)` and the two pure layout conversions (torch `[out, in]` <-> our
+`[in, heads, head_dim]` etc.). `decoder_from_hf_tensors` builds a model from any `TensorSource`
+(safetensors files, a GGUF file's dequantised tensors, ...) one tensor at a time: the model is created
+abstractly, each tensor is read, checked, converted, cast and handed to a `place` callback (default:
+`jax.device_put`; a sharded loader passes one that puts it straight into its sharding), so the full model
+never exists twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.decoder import Decoder
+
+# Tensors some checkpoints carry that have no parameter (recomputed RoPE tables).
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+PlaceFn = Callable[[str, np.ndarray, tuple[str, ...]], jax.Array]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint does not match the architecture: missing, unexpected or mis-shaped tensor."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMapping:
+    """One parameter: HF name and shape, NNX state path, and layout conversions in both directions."""
+
+    hf_name: str
+    path: tuple[str | int, ...]
+    hf_shape: tuple[int, ...]
+    to_nnx: Callable[[np.ndarray], np.ndarray]
+    to_hf: Callable[[np.ndarray], np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSource:
+    """Lazy access to named HF-layout tensors: `read(name)` loads one; `location(name)` names its file."""
+
+    names: frozenset[str]
+    read: Callable[[str], np.ndarray]
+    location: Callable[[str], str]
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _transpose(x: np.ndarray) -> np.ndarray:
+    return x.T
+
+
+def tensor_mappings(cfg: ModelConfig) -> list[TensorMapping]:
+    """All parameters of `Decoder(cfg)` with their HF counterparts, in checkpoint order."""
+    d, f, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+
+    def in_proj(heads: int):  # HF [heads*E, D] <-> [D, heads, E]
+        return dict(
+            hf_shape=(heads * e, d),
+            to_nnx=lambda w: w.T.reshape(d, heads, e),
+            to_hf=lambda w: w.reshape(d, heads * e).T,
+        )
+
+    def in_bias(heads: int):  # HF [heads*E] <-> [heads, E]
+        return dict(
+            hf_shape=(heads * e,),
+            to_nnx=lambda b: b.reshape(heads, e),
+            to_hf=lambda b: b.reshape(heads * e),
+        )
+
+    def dense(n_in: int, n_out: int):  # HF [out, in] <-> [in, out]
+        return dict(hf_shape=(n_out, n_in), to_nnx=_transpose, to_hf=_transpose)
+
+    def vector(n: int):
+        return dict(hf_shape=(n,), to_nnx=_identity, to_hf=_identity)
+
+    out = [TensorMapping("model.embed_tokens.weight", ("embed",), (v, d), _identity, _identity)]
+    for i in range(cfg.num_layers):
+        hf, ours = f"model.layers.{i}.", ("layers", i)
+        entries: list[tuple[str, tuple, dict[str, Any]]] = [
+            ("input_layernorm.weight", ("input_norm", "scale"), vector(d)),
+            ("self_attn.q_proj.weight", ("attn", "q_kernel"), in_proj(h)),
+            ("self_attn.k_proj.weight", ("attn", "k_kernel"), in_proj(k)),
+            ("self_attn.v_proj.weight", ("attn", "v_kernel"), in_proj(k)),
+            (
+                "self_attn.o_proj.weight",
+                ("attn", "o_kernel"),
+                dict(
+                    hf_shape=(d, h * e),
+                    to_nnx=lambda w: w.T.reshape(h, e, d),
+                    to_hf=lambda w: w.reshape(h * e, d).T,
+                ),
+            ),
+            ("post_attention_layernorm.weight", ("post_attn_norm", "scale"), vector(d)),
+            ("mlp.gate_proj.weight", ("mlp", "gate_kernel"), dense(d, f)),
+            ("mlp.up_proj.weight", ("mlp", "up_kernel"), dense(d, f)),
+            ("mlp.down_proj.weight", ("mlp", "down_kernel"), dense(f, d)),
+        ]
+        if cfg.attention_bias:
+            entries += [
+                ("self_attn.q_proj.bias", ("attn", "q_bias"), in_bias(h)),
+                ("self_attn.k_proj.bias", ("attn", "k_bias"), in_bias(k)),
+                ("self_attn.v_proj.bias", ("attn", "v_bias"), in_bias(k)),
+            ]
+        if cfg.attention_out_bias:
+            entries.append(("self_attn.o_proj.bias", ("attn", "o_bias"), vector(d)))
+        if cfg.qk_norm:
+            entries += [
+                ("self_attn.q_norm.weight", ("attn", "q_norm", "scale"), vector(e)),
+                ("self_attn.k_norm.weight", ("attn", "k_norm", "scale"), vector(e)),
+            ]
+        if cfg.mlp_bias:
+            entries += [
+                ("mlp.gate_proj.bias", ("mlp", "gate_bias"), vector(f)),
+                ("mlp.up_proj.bias", ("mlp", "up_bias"), vector(f)),
+                ("mlp.down_proj.bias", ("mlp", "down_bias"), vector(d)),
+            ]
+        out += [TensorMapping(hf + name, ours + path, **conv) for name, path, conv in entries]
+    out.append(TensorMapping("model.norm.weight", ("final_norm", "scale"), (d,), _identity, _identity))
+    if not cfg.tie_word_embeddings:
+        out.append(TensorMapping("lm_head.weight", ("lm_head",), (v, d), _transpose, _transpose))
+    return out
+
+
+def default_place(name: str, value: np.ndarray, logical_axes: tuple[str, ...]) -> jax.Array:
+    """Puts a parameter on the default device (ignores the logical axes)."""
+    del name, logical_axes
+    return jax.device_put(value)
+
+
+def _check_names(cfg: ModelConfig, mappings: list[TensorMapping], source: TensorSource) -> None:
+    expected = {m.hf_name for m in mappings}
+    missing = sorted(expected - source.names)
+    if missing:
+        raise CheckpointError(
+            f"{source.location(missing[0])}: missing tensor {missing[0]!r}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
+    unexpected = sorted(
+        name
+        for name in source.names - expected
+        if not name.endswith(_IGNORED_SUFFIXES) and not (cfg.tie_word_embeddings and name == "lm_head.weight")
+    )
+    if unexpected:
+        raise CheckpointError(
+            f"{source.location(unexpected[0])}: unexpected tensor {unexpected[0]!r} for a "
+            f"{cfg.model_type} model" + (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else "")
+        )
+
+
+def decoder_from_hf_tensors(cfg: ModelConfig, source: TensorSource, place: PlaceFn | None = None) -> Decoder:
+    """Builds a `Decoder(cfg)` whose parameters are read from HF-named tensors, one at a time.
+
+    `place(hf_name, array_in_param_dtype, logical_axes)` returns the device array for one parameter.
+    Raises `CheckpointError` (a ValueError) naming the file and tensor on any mismatch.
+    """
+    place = default_place if place is None else place
+    mappings = tensor_mappings(cfg)
+    _check_names(cfg, mappings, source)
+    graphdef, abstract_state = nnx.split(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0))))
+    variables = dict(nnx.to_flat_state(abstract_state))
+    if set(variables) != {m.path for m in mappings}:  # guards the mapping table itself
+        raise AssertionError(f"mapping/parameter mismatch: {set(variables) ^ {m.path for m in mappings}}")
+    for mapping in mappings:
+        tensor = source.read(mapping.hf_name)
+        if tuple(tensor.shape) != mapping.hf_shape:
+            raise CheckpointError(
+                f"{source.location(mapping.hf_name)}: tensor {mapping.hf_name!r} has shape "
+                f"{tuple(tensor.shape)}, expected {mapping.hf_shape} for this config"
+            )
+        variable = variables[mapping.path]
+        value = np.ascontiguousarray(mapping.to_nnx(tensor).astype(cfg.param_dtype))
+        del tensor
+        variable.set_value(place(mapping.hf_name, value, tuple(variable.get_metadata()["out_sharding"])))
+    return nnx.merge(graphdef, abstract_state)
+
+
+def hf_tensors_from_decoder(model: Decoder) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
+    """(HF name, thunk producing the HF-layout host array) for every parameter, in checkpoint order.
+
+    Thunks let a writer fetch one tensor at a time from device memory.
+    """
+    variables = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    for mapping in tensor_mappings(model.config):
+        variable = variables[mapping.path]
+        yield mapping.hf_name, _fetch(variable, mapping.to_hf)
+
+
+def _fetch(variable: nnx.Variable, to_hf: Callable[[np.ndarray], np.ndarray]) -> Callable[[], np.ndarray]:
+    return lambda: np.ascontiguousarray(to_hf(np.asarray(jax.device_get(variable.get_value()))))
+
+
+def hf_shapes(cfg: ModelConfig) -> Iterable[tuple[str, tuple[int, ...]]]:
+    """(HF name, HF shape) of every tensor a checkpoint of `cfg` holds."""
+    return [(m.hf_name, m.hf_shape) for m in tensor_mappings(cfg)]

@@ -1,0 +1,78 @@
+"""Key/value cache for incremental decoding: an explicit, static-shape pytree.
+
+Each row's valid tokens are stored *compacted*: the token with RoPE position p lives in slot p, so the
+filled slots of row b are exactly `[0, lengths[b])` and padding tokens never occupy a slot. Appending a
+chunk (prefill, an observation, or one sampled token) writes its valid tokens at
+`lengths[b] + (cumsum(mask) - 1)` and drops the padded ones; the shapes never change, so a jitted step
+compiles once per (batch, chunk length, capacity).
+
+The caller must keep `lengths + tokens appended <= capacity`; writes beyond capacity are dropped silently
+(nothing can raise inside `jit`), so check `cache.lengths` against `cache.capacity` between steps.
+
+Shape legend: L layers, B batch, S capacity (slots), T chunk length, K kv heads, E head_dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from coevo_jax.models.config import ModelConfig
+
+
+@struct.dataclass
+class KVCache:
+    """Per-layer keys/values (RoPE already applied) and the number of filled slots per row."""
+
+    keys: tuple[jax.Array, ...]  # L x [B, S, K, E]
+    values: tuple[jax.Array, ...]  # L x [B, S, K, E]
+    lengths_B: jax.Array  # int32 [B]: filled slots == next RoPE position
+
+    @property
+    def capacity(self) -> int:
+        """Number of slots S per row."""
+        return self.keys[0].shape[1]
+
+    @property
+    def slot_valid_BxS(self) -> jax.Array:
+        """True where a slot holds a token (slots are filled left to right)."""
+        return jnp.arange(self.capacity)[None, :] < self.lengths_B[:, None]
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
+    """An empty cache of `max_len` slots per row; `dtype` defaults to the compute dtype."""
+    dtype = cfg.dtype if dtype is None else dtype
+    shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+    return KVCache(keys=zeros, values=zeros, lengths_B=jnp.zeros((batch,), jnp.int32))
+
+
+@struct.dataclass
+class ChunkPlacement:
+    """Where the tokens of an appended chunk go and what they may attend to."""
+
+    positions_BxT: jax.Array  # RoPE position of each new token (padding: a harmless clamped value)
+    slots_BxT: jax.Array  # cache slot of each new token; padding gets S (out of range: dropped)
+    allowed_BxTxS: jax.Array  # query t may attend slot s
+    new_lengths_B: jax.Array
+
+
+def place_chunk(lengths_B: jax.Array, mask_BxT: jax.Array, capacity: int) -> ChunkPlacement:
+    """Positions, slots and attention mask for appending a (possibly padded) chunk to the cache."""
+    mask_BxT = mask_BxT.astype(jnp.int32)
+    positions_BxT = lengths_B[:, None] + jnp.cumsum(mask_BxT, axis=1) - 1
+    slots_BxT = jnp.where(mask_BxT > 0, positions_BxT, capacity)
+    positions_BxT = jnp.maximum(positions_BxT, 0)
+    new_lengths_B = lengths_B + jnp.sum(mask_BxT, axis=1)
+    slot_S = jnp.arange(capacity)
+    allowed_BxTxS = (slot_S[None, None, :] <= positions_BxT[:, :, None]) & (
+        slot_S[None, None, :] < new_lengths_B[:, None, None]
+    )
+    return ChunkPlacement(positions_BxT, slots_BxT, allowed_BxTxS, new_lengths_B)
+
+
+def write_chunk(cache_BxSxKxE: jax.Array, slots_BxT: jax.Array, new_BxTxKxE: jax.Array) -> jax.Array:
+    """Scatters the chunk's keys (or values) into their slots; out-of-range slots are dropped."""
+    rows_BxT = jnp.broadcast_to(jnp.arange(slots_BxT.shape[0])[:, None], slots_BxT.shape)
+    return cache_BxSxKxE.at[rows_BxT, slots_BxT].set(new_BxTxKxE.astype(cache_BxSxKxE.dtype), mode="drop")

@@ -1,0 +1,101 @@
+"""Building blocks of the decoder: annotated parameters, activation constraints, RMSNorm, RoPE, attention.
+
+Sharding is expressed with *logical* axis names only. Parameters carry them as `out_sharding` metadata
+(read them with `nnx.get_partition_spec(nnx.state(model))` under `nnx.logical_axis_rules(...)`);
+activations go through `constrain`, which is a no-op unless both logical axis rules and a mesh
+(`jax.set_mesh`) are active.
+
+Shape legend: B batch, T query length, S key/cache length, D model width, H query heads, K key/value
+heads, G = H // K query heads per kv head, E head_dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from flax.core import spmd as flax_spmd
+
+from coevo_jax.models.config import ModelConfig
+
+MASKED_SCORE = float(np.finfo(np.float32).min)  # finite, so fully-masked rows give a uniform softmax, not NaN
+
+
+def param(value: jax.Array, logical_axes: tuple[str, ...]) -> nnx.Param:
+    """An `nnx.Param` annotated with logical axis names (sharding is applied later, by rules)."""
+    if len(logical_axes) != value.ndim:
+        raise ValueError(f"{len(logical_axes)} axis names {logical_axes} for a {value.ndim}-d parameter")
+    return nnx.Param(value, eager_sharding=False, out_sharding=logical_axes)
+
+
+def constrain(x: jax.Array, logical_axes: tuple[str | None, ...]) -> jax.Array:
+    """Sharding constraint by logical axis names; identity when no rules or no mesh are active."""
+    rules = flax_spmd.get_logical_axis_rules()
+    if not rules or jax.sharding.get_abstract_mesh().empty:
+        return x
+    mapping = dict(rules)
+    spec = jax.sharding.PartitionSpec(*(mapping.get(name) if name else None for name in logical_axes))
+    return jax.lax.with_sharding_constraint(x, spec)
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm over the last axis; statistics in float32, output in the compute dtype."""
+
+    def __init__(self, size: int, eps: float, *, dtype, param_dtype):
+        self.scale = param(jnp.ones((size,), param_dtype), ("norm",))
+        self.eps = eps
+        self.dtype = dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.scale[...].astype(self.dtype) * normed.astype(self.dtype)
+
+
+def rope_inverse_frequencies(cfg: ModelConfig) -> np.ndarray:
+    """Per-pair rotation frequencies [E/2] (float32), Llama-3 rescaled when `cfg.rope_scaling` is set."""
+    exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta**exponents)
+    scaling = cfg.rope_scaling
+    if scaling is not None:
+        # Long wavelengths are slowed down by `factor`, short ones kept, the band between interpolated.
+        old_len = scaling.original_max_position_embeddings
+        wavelength = 2 * np.pi / inv_freq
+        low_freq_wavelength = old_len / scaling.low_freq_factor
+        high_freq_wavelength = old_len / scaling.high_freq_factor
+        scaled = np.where(wavelength > low_freq_wavelength, inv_freq / scaling.factor, inv_freq)
+        smooth = (old_len / wavelength - scaling.low_freq_factor) / (
+            scaling.high_freq_factor - scaling.low_freq_factor
+        )
+        interpolated = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+        in_band = (wavelength >= high_freq_wavelength) & (wavelength <= low_freq_wavelength)
+        inv_freq = np.where(in_band, interpolated, scaled)
+    return inv_freq.astype(np.float32)
+
+
+def apply_rope(x_BxTxNxE: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotary embedding, "rotate-half" convention of the HF checkpoints (pairs i and i + E/2)."""
+    angles_BxTxE2 = positions_BxT[..., None].astype(jnp.float32) * jnp.asarray(inv_freq)
+    angles_BxTx1xE = jnp.concatenate([angles_BxTxE2, angles_BxTxE2], axis=-1)[:, :, None, :]
+    x32 = x_BxTxNxE.astype(jnp.float32)
+    first, second = jnp.split(x32, 2, axis=-1)
+    rotated = jnp.concatenate([-second, first], axis=-1)
+    out = x32 * jnp.cos(angles_BxTx1xE) + rotated * jnp.sin(angles_BxTx1xE)
+    return out.astype(x_BxTxNxE.dtype)
+
+
+def attend(
+    q_BxTxHxE: jax.Array, k_BxSxKxE: jax.Array, v_BxSxKxE: jax.Array, allowed_BxTxS: jax.Array
+) -> jax.Array:
+    """Grouped-query scaled dot-product attention; scores and softmax in float32, output in q's dtype."""
+    batch, length, num_heads, head_dim = q_BxTxHxE.shape
+    num_kv_heads = k_BxSxKxE.shape[2]
+    q_BxTxKxGxE = q_BxTxHxE.reshape(batch, length, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    scores_BxKxGxTxS = jnp.einsum(
+        "btkge,bske->bkgts", q_BxTxKxGxE, k_BxSxKxE, preferred_element_type=jnp.float32
+    ) * (head_dim**-0.5)
+    scores_BxKxGxTxS = jnp.where(allowed_BxTxS[:, None, None], scores_BxKxGxTxS, MASKED_SCORE)
+    probs_BxKxGxTxS = jax.nn.softmax(scores_BxKxGxTxS, axis=-1)
+    out_BxTxKxGxE = jnp.einsum("bkgts,bske->btkge", probs_BxKxGxTxS.astype(v_BxSxKxE.dtype), v_BxSxKxE)
+    return out_BxTxKxGxE.reshape(batch, length, num_heads, head_dim).astype(q_BxTxHxE.dtype)
