@@ -1,0 +1,201 @@
+"""TFDS builders that store trajectories and preference pairs as `array_record`, readable without TensorFlow.
+
+`GeneratorBasedBuilder` with `file_format="array_record"` writes and `as_data_source()` /
+`tfds.data_source(...)` / `tfds.builder_from_directory(...)` read random-access `ArrayRecordDataSource`s in
+plain NumPy/bytes; TensorFlow is never imported (it is not a dependency of this project).
+
+The builders take their records in the constructor (they are produced by our own rollouts, there is nothing
+to download), write one split per entry of `splits`, and keep insertion order (shuffling disabled), so
+record i of a split is the i-th trajectory / pair given. Text comes back as bytes; `decode_trajectory` and
+`decode_pair` turn rows into `Trajectory` / `PreferencePair` again.
+
+    write_trajectories_dataset({"train": trajs}, data_dir)      # -> <data_dir>/coevo_trajectories/1.0.0
+    source = tfds.data_source("coevo_trajectories", data_dir=data_dir, split="train")
+    trajectories = [decode_trajectory(source[i]) for i in range(len(source))]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from coevo_jax.data.pairs import PreferencePair
+from coevo_jax.data.records import Message, Trajectory
+
+ARRAY_RECORD = "array_record"
+
+
+def trajectory_features() -> tfds.features.FeaturesDict:
+    return tfds.features.FeaturesDict(
+        {
+            "traj_id": tfds.features.Text(),
+            "task_id": tfds.features.Text(),
+            "source": tfds.features.Text(),
+            "reward": np.float32,  # for numeric filtering; tf.Example stores floats as float32
+            "reward_repr": tfds.features.Text(),  # the exact float64 value, which decoding uses
+            "prompt_len": np.int32,
+            "roles": tfds.features.Sequence(tfds.features.Text()),
+            "contents": tfds.features.Sequence(tfds.features.Text()),
+            "extra_json": tfds.features.Text(),
+        }
+    )
+
+
+def encode_trajectory(trajectory: Trajectory) -> dict[str, object]:
+    return {
+        "traj_id": trajectory.traj_id,
+        "task_id": trajectory.task_id,
+        "source": trajectory.source,
+        "reward": np.float32(trajectory.reward),
+        "reward_repr": repr(float(trajectory.reward)),
+        "prompt_len": np.int32(trajectory.prompt_len),
+        "roles": [m.role for m in trajectory.messages],
+        "contents": [m.content for m in trajectory.messages],
+        "extra_json": json.dumps(dict(trajectory.extra), ensure_ascii=False, sort_keys=True),
+    }
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def decode_trajectory(row: Mapping[str, object]) -> Trajectory:
+    """A data-source row back to a `Trajectory`."""
+    messages = tuple(
+        Message(_text(role), _text(content))
+        for role, content in zip(row["roles"], row["contents"], strict=True)
+    )
+    return Trajectory(
+        traj_id=_text(row["traj_id"]),
+        task_id=_text(row["task_id"]),
+        messages=messages,
+        reward=float(_text(row["reward_repr"])),
+        source=_text(row["source"]),
+        prompt_len=int(row["prompt_len"]),
+        extra=json.loads(_text(row["extra_json"])),
+    )
+
+
+def pair_features() -> tfds.features.FeaturesDict:
+    return tfds.features.FeaturesDict(
+        {
+            "pair_id": tfds.features.Text(),
+            "task_id": tfds.features.Text(),
+            "kind": tfds.features.Text(),
+            "lambda_dpo": np.float32,
+            "lambda_sft": np.float32,
+            "chosen": trajectory_features(),
+            "rejected": trajectory_features(),
+        }
+    )
+
+
+def encode_pair(pair: PreferencePair) -> dict[str, object]:
+    return {
+        "pair_id": pair.pair_id,
+        "task_id": pair.task_id,
+        "kind": pair.kind,
+        "lambda_dpo": np.float32(pair.lambda_dpo),
+        "lambda_sft": np.float32(pair.lambda_sft),
+        "chosen": encode_trajectory(pair.chosen),
+        "rejected": encode_trajectory(pair.rejected),
+    }
+
+
+def decode_pair(row: Mapping[str, object]) -> PreferencePair:
+    return PreferencePair(
+        task_id=_text(row["task_id"]),
+        chosen=decode_trajectory(row["chosen"]),
+        rejected=decode_trajectory(row["rejected"]),
+        kind=_text(row["kind"]),
+        lambda_dpo=float(row["lambda_dpo"]),
+        lambda_sft=float(row["lambda_sft"]),
+    )
+
+
+class _InMemoryBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """Shared machinery: splits given as {split: items}, array_record files, insertion order kept."""
+
+    def __init__(self, *, splits: Mapping[str, Sequence[object]] | None = None, **kwargs):
+        self._items_by_split = dict(splits or {})
+        kwargs.setdefault("file_format", ARRAY_RECORD)
+        super().__init__(**kwargs)
+
+    def _features(self) -> tfds.features.FeaturesDict:
+        raise NotImplementedError
+
+    def _encode(self, item: object) -> tuple[str, dict[str, object]]:
+        raise NotImplementedError
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+            builder=self, description=self.__doc__, features=self._features(), disable_shuffling=True
+        )
+
+    def _split_generators(self, dl_manager):
+        if not self._items_by_split:
+            raise ValueError(f"{self.name}: no splits given to write")
+        return {split: self._generate_examples(items) for split, items in self._items_by_split.items()}
+
+    def _generate_examples(self, items):
+        for item in items:
+            yield self._encode(item)
+
+
+class CoevoTrajectories(_InMemoryBuilder):
+    """Agent trajectories (ETO conversation records with reward, source and prompt length)."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "First release."}
+
+    def _features(self):
+        return trajectory_features()
+
+    def _encode(self, item):
+        return item.traj_id, encode_trajectory(item)
+
+
+class CoevoPreferencePairs(_InMemoryBuilder):
+    """Preference pairs (eq. 6 / eq. 8 / ETO) with both trajectories and the eq. 9 weights."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "First release."}
+
+    def _features(self):
+        return pair_features()
+
+    def _encode(self, item):
+        return item.pair_id, encode_pair(item)
+
+
+def write_trajectories_dataset(
+    splits: Mapping[str, Sequence[Trajectory]], data_dir: str | os.PathLike[str]
+) -> str:
+    """Build `coevo_trajectories` under data_dir; returns the version directory."""
+    builder = CoevoTrajectories(splits=splits, data_dir=os.fspath(data_dir))
+    builder.download_and_prepare()
+    return os.fspath(builder.data_dir)
+
+
+def write_pairs_dataset(
+    splits: Mapping[str, Sequence[PreferencePair]], data_dir: str | os.PathLike[str]
+) -> str:
+    """Build `coevo_preference_pairs` under data_dir; returns the version directory."""
+    builder = CoevoPreferencePairs(splits=splits, data_dir=os.fspath(data_dir))
+    builder.download_and_prepare()
+    return os.fspath(builder.data_dir)
+
+
+def read_trajectories_dataset(version_dir: str | os.PathLike[str], split: str = "train") -> list[Trajectory]:
+    """Read a built trajectory split back (no builder class or TensorFlow needed)."""
+    source = tfds.builder_from_directory(os.fspath(version_dir)).as_data_source(split=split)
+    return [decode_trajectory(source[i]) for i in range(len(source))]
+
+
+def read_pairs_dataset(version_dir: str | os.PathLike[str], split: str = "train") -> list[PreferencePair]:
+    source = tfds.builder_from_directory(os.fspath(version_dir)).as_data_source(split=split)
+    return [decode_pair(source[i]) for i in range(len(source))]

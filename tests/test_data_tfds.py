@@ -1,0 +1,78 @@
+"""TFDS array_record datasets of trajectories and pairs: build into tmp_path, read back, no TensorFlow."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import tensorflow_datasets as tfds
+
+from coevo_jax.data.pairs import build_target_pairs
+from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.tfds_builders import (
+    read_pairs_dataset,
+    read_trajectories_dataset,
+    write_pairs_dataset,
+    write_trajectories_dataset,
+)
+
+RECORDS = os.path.join(os.path.dirname(__file__), "data", "eto_records.jsonl")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def real_trajectories():
+    return read_trajectories(RECORDS)
+
+
+def test_trajectories_round_trip(tmp_path):
+    trajectories = real_trajectories()
+    version_dir = write_trajectories_dataset({"train": trajectories[3:], "icl": trajectories[:3]}, tmp_path)
+    assert version_dir == os.fspath(tmp_path / "coevo_trajectories" / "1.0.0")
+    assert any(name.startswith("coevo_trajectories-train.array_record") for name in os.listdir(version_dir))
+    assert read_trajectories_dataset(version_dir, "train") == trajectories[3:]  # order and values kept
+    assert read_trajectories_dataset(version_dir, "icl") == trajectories[:3]
+    back = read_trajectories_dataset(version_dir, "train")
+    assert [t.extra for t in back] == [t.extra for t in trajectories[3:]]
+    assert back[3].reward == 2 / 3  # InterCode task 40; float64: partial rewards come back exactly
+    source = tfds.data_source("coevo_trajectories", data_dir=os.fspath(tmp_path), split="icl")
+    assert len(source) == 3 and source[0]["traj_id"] == b"alfworld_icl_0"
+    assert "tensorflow" not in sys.modules
+
+
+def test_pairs_round_trip(tmp_path):
+    expert = next(t for t in real_trajectories() if t.traj_id == "intercode_sql_0_gpt-4")
+    target = Trajectory("sql0_tgt", expert.task_id, expert.messages[:3], 0.25, "target")
+    failure = Trajectory("sql0_fail", expert.task_id, expert.messages[:5], 0.5, "failure")
+    pairs = build_target_pairs([expert], [target], [failure])
+    assert [p.kind for p in pairs] == ["expert_vs_failure", "expert_vs_target", "failure_vs_failure"]
+    version_dir = write_pairs_dataset({"train": pairs}, tmp_path)
+    assert read_pairs_dataset(version_dir) == pairs
+    assert "tensorflow" not in sys.modules
+
+
+def test_fresh_interpreter_builds_and_reads_without_importing_tensorflow(tmp_path):
+    """Holds whether or not TensorFlow is installed: building and reading never import it.
+
+    (A stronger "TF made unimportable" variant is not possible: etils decides whether TF is loaded by
+    looking for "tensorflow" in sys.modules, so a `sys.modules["tensorflow"] = None` blocker misleads tfds.)
+    """
+    script = textwrap.dedent(
+        f"""
+        import sys
+
+        from coevo_jax.data.records import read_trajectories
+        from coevo_jax.data.tfds_builders import read_trajectories_dataset, write_trajectories_dataset
+
+        trajectories = read_trajectories({RECORDS!r})
+        version_dir = write_trajectories_dataset({{"train": trajectories}}, {os.fspath(tmp_path)!r})
+        assert read_trajectories_dataset(version_dir) == trajectories
+        assert not any(name.split(".")[0] == "tensorflow" for name in sys.modules), "TensorFlow was imported"
+        print("OK", len(trajectories))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": REPO}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("OK 10")
