@@ -6,7 +6,6 @@ only by the builders that need a reference model.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -35,17 +34,23 @@ KITCHEN_SINK = ModelConfig(
 
 
 def random_decoder(cfg: ModelConfig, seed: int = 0) -> Decoder:
-    """A decoder whose every parameter (biases and norm scales included) is random and non-trivial."""
-    model = Decoder(cfg, rngs=nnx.Rngs(seed))
-    state = nnx.state(model, nnx.Param)
-    leaves, treedef = jax.tree.flatten(state)
-    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-    noisy = [
-        (leaf.astype(jnp.float32) + 0.1 * jax.random.normal(key, leaf.shape)).astype(leaf.dtype)
-        for leaf, key in zip(leaves, keys, strict=True)
-    ]
-    nnx.update(model, jax.tree.unflatten(treedef, noisy))
-    return model
+    """A decoder whose every parameter (biases and norm scales included) is random and non-trivial.
+
+    Filled from NumPy on an abstract model: XLA-compiling one RNG kernel per parameter shape is slow.
+    """
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(seed))))
+    rng = np.random.RandomState(seed)
+    for path, variable in nnx.to_flat_state(state):
+        shape, dtype = variable.get_value().shape, variable.get_value().dtype
+        base = 1.0 if "scale" in path else 0.0  # RMSNorm scales around one, the rest around zero
+        variable.set_value(jnp.asarray((base + 0.1 * rng.standard_normal(shape)).astype(np.float32), dtype))
+    return nnx.merge(graphdef, state)
+
+
+def with_config(model: Decoder, cfg: ModelConfig) -> Decoder:
+    """The same parameters under a different (compatible) config, e.g. another compute dtype or remat."""
+    graphdef = nnx.graphdef(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0))))
+    return nnx.merge(graphdef, nnx.state(model))
 
 
 def padded_batch(lengths_and_sides, total_len: int, seed: int = 0):

@@ -32,10 +32,13 @@ def param(value: jax.Array, logical_axes: tuple[str, ...]) -> nnx.Param:
 def constrain(x: jax.Array, logical_axes: tuple[str | None, ...]) -> jax.Array:
     """Sharding constraint by logical axis names; identity when no rules or no mesh are active."""
     rules = flax_spmd.get_logical_axis_rules()
-    if not rules or jax.sharding.get_abstract_mesh().empty:
+    mesh = jax.sharding.get_abstract_mesh()
+    if not rules or mesh.empty:
         return x
     mapping = dict(rules)
     spec = jax.sharding.PartitionSpec(*(mapping.get(name) if name else None for name in logical_axes))
+    if mesh.are_all_axes_explicit:  # explicit-sharding meshes treat the constraint as an assertion
+        return jax.sharding.reshard(x, spec)
     return jax.lax.with_sharding_constraint(x, spec)
 
 
