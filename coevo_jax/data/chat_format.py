@@ -144,18 +144,17 @@ def action_mask_from_offsets(
 
     A zero-width token (offsets a == b, as some tokenizers report for whitespace) counts when a lies inside.
     """
-    mask = np.zeros(len(offsets), dtype=bool)
-    for k, (a, b) in enumerate(offsets):
-        for start, end in spans:
-            if (a < end and b > start) or (a == b and start <= a < end):
-                mask[k] = True
-                break
+    bounds = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    a, b = bounds[:, 0], bounds[:, 1]
+    mask = np.zeros(len(bounds), dtype=bool)
+    for start, end in spans:
+        mask |= ((a < end) & (b > start)) | ((a == b) & (start <= a) & (a < end))
     return mask
 
 
 def tokenize_rendered(tokenizer, rendered: RenderedConversation) -> TokenizedTrajectory:
     """Tokenize the rendered text as is (special tokens written in the text; none added)."""
-    encoding = tokenizer(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
+    encoding = tokenizer(rendered.text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     input_ids = np.asarray(encoding["input_ids"], dtype=np.int32)
     mask = action_mask_from_offsets(encoding["offset_mapping"], rendered.action_spans)
     return TokenizedTrajectory(input_ids, mask)
