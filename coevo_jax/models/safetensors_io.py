@@ -32,8 +32,8 @@ _DTYPE_CODES = {
 }
 
 
-def shard_files(checkpoint_dir: str) -> dict[str, str]:
-    """Tensor name -> absolute shard path for a checkpoint directory (sharded index or single file)."""
+def shard_files(checkpoint_dir: str) -> tuple[dict[str, str], str]:
+    """(tensor name -> shard path, the index or single file) for a checkpoint directory."""
     index_path = os.path.join(checkpoint_dir, INDEX_FILE)
     single_path = os.path.join(checkpoint_dir, SINGLE_FILE)
     if os.path.exists(index_path):
@@ -46,10 +46,10 @@ def shard_files(checkpoint_dir: str) -> dict[str, str]:
         for shard in sorted(set(files.values())):
             if not os.path.exists(shard):
                 raise FileNotFoundError(f"{shard}: shard listed in {index_path} does not exist")
-        return files
+        return files, index_path
     if os.path.exists(single_path):
         with safe_open(single_path, framework="numpy") as f:
-            return {name: single_path for name in f.keys()}
+            return {name: single_path for name in f.keys()}, single_path
     raise FileNotFoundError(
         f"{checkpoint_dir}: no {SINGLE_FILE} or {INDEX_FILE} (only safetensors is supported)"
     )
@@ -58,7 +58,7 @@ def shard_files(checkpoint_dir: str) -> dict[str, str]:
 @contextlib.contextmanager
 def open_safetensors(checkpoint_dir: str) -> Iterator[TensorSource]:
     """A lazy `TensorSource` over the checkpoint's safetensors file(s), valid inside the `with`."""
-    files = shard_files(checkpoint_dir)
+    files, main_file = shard_files(checkpoint_dir)
     with contextlib.ExitStack() as stack:
         handles = {
             path: stack.enter_context(safe_open(path, framework="numpy"))
@@ -72,7 +72,7 @@ def open_safetensors(checkpoint_dir: str) -> Iterator[TensorSource]:
                 raise ValueError(f"{files[name]}: cannot read tensor {name!r}: {err}") from err
 
         yield TensorSource(
-            names=frozenset(files), read=read, location=lambda name: files.get(name, checkpoint_dir)
+            names=frozenset(files), read=read, location=lambda name: files.get(name, main_file)
         )
 
 
