@@ -80,10 +80,10 @@ def metadata_value(reader: gguf.GGUFReader, key: str, default: Any = None) -> An
 
 
 def require_metadata(reader: gguf.GGUFReader, key: str) -> Any:
-    """The value of metadata `key`; KeyError naming the file when the key is missing."""
+    """The value of metadata `key`; ValueError naming the file when the key is missing."""
     value = metadata_value(reader, key)
     if value is None:
-        raise KeyError(f"GGUF file {reader.data.filename} has no metadata key {key!r}")
+        raise ValueError(f"GGUF file {reader.data.filename} has no metadata key {key!r}")
     return value
 
 
