@@ -12,7 +12,7 @@ never exists twice.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -199,8 +199,3 @@ def hf_tensors_from_decoder(model: Decoder) -> Iterator[tuple[str, Callable[[], 
 
 def _fetch(variable: nnx.Variable, to_hf: Callable[[np.ndarray], np.ndarray]) -> Callable[[], np.ndarray]:
     return lambda: np.ascontiguousarray(to_hf(np.asarray(jax.device_get(variable.get_value()))))
-
-
-def hf_shapes(cfg: ModelConfig) -> Iterable[tuple[str, tuple[int, ...]]]:
-    """(HF name, HF shape) of every tensor a checkpoint of `cfg` holds."""
-    return [(m.hf_name, m.hf_shape) for m in tensor_mappings(cfg)]
