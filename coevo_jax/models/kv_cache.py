@@ -44,8 +44,10 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCach
     """An empty cache of `max_len` slots per row; `dtype` defaults to the compute dtype."""
     dtype = cfg.dtype if dtype is None else dtype
     shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-    return KVCache(keys=zeros, values=zeros, lengths_B=jnp.zeros((batch,), jnp.int32))
+    # Distinct buffers per layer and for keys/values, so the cache can be donated to a jitted step.
+    keys = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+    values = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+    return KVCache(keys=keys, values=values, lengths_B=jnp.zeros((batch,), jnp.int32))
 
 
 @struct.dataclass
