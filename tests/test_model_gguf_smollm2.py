@@ -7,8 +7,6 @@ import pytest
 
 from coevo_jax.models import load_pretrained
 
-pytest.importorskip("coevo_jax.models.gguf")
-
 
 @pytest.mark.slow
 def test_smollm2_gguf_completes_a_fact(smollm2_gguf_path):
