@@ -33,16 +33,18 @@ def test_buckets():
 
 
 def test_overflow_policies():
-    tokens = seq([5, 6, 7, 8, 9, 10], [0, 0, 1, 0, 1, 1])
-    assert fit_to_length(tokens, 6, "error") is tokens
-    cut = fit_to_length(tokens, 4, "truncate")
-    assert cut.input_ids.tolist() == [5, 6, 7, 8] and cut.action_mask.tolist() == [0, 0, 1, 0]
-    assert fit_to_length(tokens, 2, "truncate") is None  # no action token left
-    assert fit_to_length(tokens, 4, "drop") is None
+    tokens = seq([5, 6, 7, 8, 9, 10, 11], [0, 0, 1, 0, 1, 1, 0])  # prompt, a_1, o_1, a_2, trailing glue
+    np.testing.assert_array_equal(tokens.action_ends, [3, 6])
+    assert fit_to_length(tokens, 7, "error") is tokens
+    cut = fit_to_length(tokens, 5, "cut_turns")  # whole turns from the end: a_2 and o_1 go
+    assert cut.input_ids.tolist() == [5, 6, 7] and cut.action_mask.tolist() == [0, 0, 1]
+    assert fit_to_length(tokens, 6, "cut_turns").input_ids.tolist() == [5, 6, 7, 8, 9, 10]
+    assert fit_to_length(tokens, 2, "cut_turns") is None  # prompt + a_1 does not fit
+    assert fit_to_length(tokens, 6, "drop") is None
     with pytest.raises(ValueError, match="exceeds max_length 4"):
         fit_to_length(tokens, 4, "error")
     with pytest.raises(ValueError, match="unknown overflow"):
-        fit_to_length(tokens, 4, "wrap")
+        fit_to_length(tokens, 4, "truncate")
 
 
 def test_sft_batch_targets_are_next_tokens_and_loss_mask_is_aligned_with_targets():

@@ -11,6 +11,7 @@ from coevo_jax.data.chat_format import (
     ChatTemplateFormat,
     Llama2ChatFormat,
     action_mask_from_offsets,
+    chat_format_for,
     describe_mask,
     tokenize_trajectory,
 )
@@ -135,29 +136,56 @@ def test_offsets_to_mask_rules():
     np.testing.assert_array_equal(action_mask_from_offsets(offsets, [(0, 3), (10, 11)]), [1, 0, 0, 0, 1])
 
 
+# What each format's action span decodes to around the action text: (before, after incl. end-of-turn). The
+# Llama-2 spaces are template text that the tokenizer merges into the first content token / emits before </s>.
+AROUND_ACTION = {
+    "smollm2": ("", "<|im_end|>"),
+    "qwen_chatml": ("", "<|im_end|>"),
+    "llama2_jinja": (" ", " </s>"),
+    "llama2_direct": (" ", " </s>"),
+}
+
+
 @pytest.mark.parametrize("name", ["smollm2", "qwen_chatml", "llama2_jinja", "llama2_direct"])
-def test_real_trajectories_one_masked_run_per_action(formats, name):
-    """ETO in-context examples and InterCode GPT-4 episodes: each action is one run ending in end-of-turn."""
+def test_real_trajectories_masked_tokens_decode_to_exactly_the_actions(formats, name):
+    """ETO in-context examples and InterCode GPT-4 episodes (ETO's prompt layout, "OK" included): the masked
+    tokens decode to the concatenated actions plus end-of-turn tokens, nothing more, nothing less."""
     tokenizer, chat_format, end_of_turn = formats[name]
+    before, after = AROUND_ACTION[name]
     for traj in read_trajectories(RECORDS):
         tokens = tokenize_trajectory(tokenizer, chat_format, traj)
-        mask = tokens.action_mask
-        starts = np.flatnonzero(mask & ~np.insert(mask[:-1], 0, False))
-        ends = np.flatnonzero(mask & ~np.append(mask[1:], False)) + 1
-        assert len(starts) == len(traj.actions), traj.traj_id
-        for action, start, end in zip(traj.actions, starts, ends, strict=True):
+        masked = tokens.input_ids[tokens.action_mask]
+        assert tokenizer.decode(masked) == "".join(before + a + after for a in traj.actions), traj.traj_id
+        assert len(tokens.action_ends) == len(traj.actions) and traj.prompt_len == 3
+        starts = [0, *tokens.action_ends[:-1]]
+        for action, start, end in zip(traj.actions, starts, tokens.action_ends, strict=True):
+            run = tokens.input_ids[start:end][tokens.action_mask[start:end]]
+            assert tokenizer.decode(run) == before + action + after  # one masked run per action
             assert tokens.input_ids[end - 1] == end_of_turn
-            assert tokenizer.decode(tokens.input_ids[start : end - 1]).strip() == action.strip()
+
+
+def test_chat_format_for_config_names(formats):
+    tokenizer = formats["llama2_jinja"][0]
+    assert isinstance(chat_format_for(tokenizer), ChatTemplateFormat)
+    assert chat_format_for(tokenizer, "llama2_fastchat") == Llama2ChatFormat("<s>", "</s>")
+    with pytest.raises(ValueError, match="unknown chat format"):
+        chat_format_for(tokenizer, "vicuna")
+
+
+def _intercode(traj_id):
+    return next(t for t in read_trajectories(RECORDS) if t.traj_id == traj_id)
 
 
 def test_real_pairs_to_dpo_batch_scores_exactly_the_actions(formats):
     """Real InterCode episode as expert, a shortened copy as a failed target rollout, through to the batch."""
     tokenizer, chat_format, end_of_turn = formats["smollm2"]
-    expert = next(t for t in read_trajectories(RECORDS) if t.traj_id == "intercode_sql_0_gpt-4")
-    failed = Trajectory("intercode_sql_0_target", expert.task_id, expert.messages[:3], 0.0, "target")
+    expert = _intercode("intercode_sql_0_gpt-4")
+    failed = Trajectory(
+        "intercode_sql_0_target", expert.task_id, expert.messages[:5], 0.0, "target", prompt_len=3
+    )
     (pair,) = build_target_pairs([expert], [failed], [])
-    (tokenized,), counts = tokenize_pairs([pair], tokenizer, chat_format, max_length=1024)
-    assert counts == {"kept": 1, "truncated": 0, "dropped": 0}
+    (tokenized,), report = tokenize_pairs([pair], tokenizer, chat_format, max_length=1024)
+    assert (report.items, report.kept_whole, report.cut, report.dropped) == (1, 1, 0, 0)
     batch = collate_dpo([tokenized], length=1024, pairs_per_batch=2, pad_id=tokenizer.pad_token_id)
     for row, source in ((0, expert), (2, failed)):
         scored = batch["targets"][row][batch["loss_mask"][row] == 1]
@@ -165,7 +193,63 @@ def test_real_pairs_to_dpo_batch_scores_exactly_the_actions(formats):
         assert tokenizer.decode(scored) == "<|im_end|>".join(source.actions) + "<|im_end|>"
     np.testing.assert_array_equal(batch["lambda_dpo"], [0.5, 0.0])
     np.testing.assert_array_equal(batch["lambda_sft"], [0.5, 0.0])
-    _, cut = tokenize_sft_examples(
-        [expert, failed], tokenizer, chat_format, max_length=200, overflow="truncate"
+
+
+@pytest.mark.parametrize("name", ["smollm2", "llama2_direct"])
+def test_over_long_trajectories_lose_whole_turns_from_the_end(formats, name):
+    """Cut to fit: prompt + a_1, o_1, ..., a_k, the same tokens as rendering that shorter trajectory."""
+    tokenizer, chat_format, end_of_turn = formats[name]
+    expert = _intercode("intercode_sql_0_gpt-4")  # 5 actions
+    full = tokenize_trajectory(tokenizer, chat_format, expert)
+    ends = full.action_ends.tolist()
+    assert len(ends) == 5 and ends[-1] == len(full) - (name == "smollm2")  # ChatML's "\n" after <|im_end|>
+    (cut,), report = tokenize_sft_examples([expert], tokenizer, chat_format, max_length=ends[2] + 5)
+    assert len(cut) == ends[2] and cut.input_ids[-1] == end_of_turn and cut.action_mask[-1]
+    assert report.to_dict() == {
+        "policy": "cut_turns",
+        "max_length": ends[2] + 5,
+        "items": 1,
+        "kept_whole": 0,
+        "cut": 1,
+        "dropped": 0,
+        "trajectories_cut": 1,
+        "trajectories_dropped": 0,
+        "turns_cut": 2,
+        "identical_after_cut": 0,
+    }
+    shorter = Trajectory("short", expert.task_id, expert.messages[: 3 + 5], 1.0, prompt_len=3)  # a_1 .. a_3
+    rendered = tokenize_trajectory(tokenizer, chat_format, shorter)
+    np.testing.assert_array_equal(rendered.input_ids[: len(cut)], cut.input_ids)
+    np.testing.assert_array_equal(rendered.action_mask[: len(cut)], cut.action_mask)
+    assert len(rendered) - len(cut) == (name == "smollm2")  # only ChatML's untrained trailing "\n" differs
+    assert tokenizer.decode(cut.input_ids[cut.action_mask]) == tokenizer.decode(
+        rendered.input_ids[rendered.action_mask]
     )
-    assert cut == {"kept": 1, "truncated": 1, "dropped": 0}
+
+
+def test_over_long_pairs_are_cut_the_same_way_and_counted(formats):
+    tokenizer, chat_format, _ = formats["smollm2"]
+    expert = _intercode("intercode_sql_0_gpt-4")  # 5 actions
+    target = Trajectory("tgt", expert.task_id, expert.messages[:6], 0.2, "target", prompt_len=3)  # 2 actions
+    agent = Trajectory("fail", expert.task_id, expert.messages[:9], 0.4, "failure", prompt_len=3)  # 3 actions
+    pairs = build_target_pairs([expert], [target], [agent])  # (exp, fail), (exp, tgt), (fail, tgt)
+    ends = tokenize_trajectory(tokenizer, chat_format, expert).action_ends.tolist()
+    limit = ends[1] + 1  # room for prompt + a_1, o_1, a_2 (and ChatML's trailing "\n")
+    fitted, report = tokenize_pairs(pairs, tokenizer, chat_format, max_length=limit)
+    # Each side keeps the shared prompt and its first two actions: the expert loses 3 turns, the failure
+    # agent's trajectory 1, the target's fits whole. The failure agent had copied the expert's first three
+    # actions, so (expert, failure) is cut to identical sides and dropped: no preference is left in it.
+    assert [(len(p.chosen), len(p.rejected)) for p in fitted] == [(ends[1], limit), (ends[1], limit)]
+    assert (report.items, report.kept_whole, report.cut, report.dropped) == (3, 0, 2, 1)
+    assert (report.trajectories_cut, report.trajectories_dropped, report.turns_cut) == (2, 0, 4)
+    assert report.identical_after_cut == 1
+    for p in fitted:
+        for side in (p.chosen, p.rejected):
+            assert tokenizer.decode(side.input_ids[side.action_mask]).count("<|im_end|>") == 2
+    fitted, report = tokenize_pairs(pairs, tokenizer, chat_format, max_length=ends[0] - 1)
+    assert fitted == [] and (report.dropped, report.trajectories_dropped) == (3, 3)  # prompt + a_1 too long
+    fitted, report = tokenize_pairs(pairs, tokenizer, chat_format, max_length=limit, overflow="drop")
+    assert fitted == [] and (report.dropped, report.trajectories_dropped) == (
+        3,
+        2,
+    )  # every pair has exp or fail

@@ -1,12 +1,14 @@
-"""ETO conversation reader and converters, on real ETO / InterCode records and on malformed ones."""
+"""Trajectory records (lossless JSONL, strict reader, skip_bad) and converters, on real and malformed data."""
 
 import copy
 import json
+import logging
 import os
 
 import pytest
 
 from coevo_jax.data.converters import (
+    INTERCODE_SQL_INSTRUCTION,
     icl_examples_to_trajectories,
     read_icl_examples,
     read_intercode_trajectories,
@@ -15,9 +17,13 @@ from coevo_jax.data.records import (
     ASSISTANT,
     USER,
     DataFormatError,
+    Message,
+    Trajectory,
+    Turn,
     load_json_records,
     parse_record,
     read_trajectories,
+    trajectory_to_record,
     write_trajectories,
 )
 
@@ -57,16 +63,23 @@ def test_real_eto_icl_examples_parse(env, num_messages, first_words, last_action
     assert trajectory.messages[0].content.startswith(first_words)
     assert trajectory.actions[-1].endswith(last_action)
     assert all(a.startswith("Thought: ") and "\nAction: " in a for a in trajectory.actions)
-    assert (trajectory.reward, trajectory.source, trajectory.prompt_len) == (1.0, "expert", 1)
+    assert (trajectory.reward, trajectory.agent, trajectory.prompt_len, trajectory.env) == (
+        1.0,
+        "expert",
+        1,
+        env,
+    )
+    assert trajectory.iteration is None and trajectory.sampling == {}
 
 
-def test_icl_instruction_goes_into_first_user_turn():
+def test_icl_instruction_gives_eto_layout():
     (plain,) = read_icl_examples(os.path.join(ICL, "webshop_icl.json"), env_name="webshop")
-    (joined,) = read_icl_examples(
+    (eto,) = read_icl_examples(
         os.path.join(ICL, "webshop_icl.json"), env_name="webshop", instruction=instruction("webshop")
     )
-    assert joined.messages[0].content == instruction("webshop").rstrip() + "\n\n" + plain.messages[0].content
-    assert joined.messages[1:] == plain.messages[1:]
+    assert eto.messages[:2] == (Message(USER, instruction("webshop").rstrip()), Message(ASSISTANT, "OK"))
+    assert eto.messages[2:] == plain.messages and eto.prompt_len == 3
+    assert eto.actions == plain.actions and eto.instruction == plain.messages[0].content
 
 
 def test_real_intercode_episodes_parse():
@@ -78,14 +91,20 @@ def test_real_intercode_episodes_parse():
     for trajectory, episode in zip(trajectories, raw.values(), strict=True):
         history = episode["turn_history"]
         assert trajectory.actions == tuple(f"Action: {a}" for a in history["actions"])
-        observations = [m.content for m in trajectory.messages[2::2]]
-        assert observations == [f"Observation: {o}" for o in history["observations"][:-1]]
-        assert trajectory.messages[0].content.endswith(f"Question: {episode['query']}")
+        assert trajectory.observations == tuple(f"Observation: {o}" for o in history["observations"][:-1])
+        assert trajectory.turns[-1] == Turn(trajectory.actions[-1], None)
+        assert [m.content for m in trajectory.prompt[:2]] == [INTERCODE_SQL_INSTRUCTION, "OK"]
+        assert trajectory.instruction.endswith(f"Question: {episode['query']}")
         assert trajectory.messages[-1].role == ASSISTANT
         assert trajectory.extra["hardness"] == episode["hardness"]
+        assert (trajectory.env, trajectory.agent, trajectory.sampling) == (
+            "intercode_sql",
+            "expert",
+            {"model": "gpt-4"},
+        )
     assert (
-        "Database: cre_Doc_Template_Mgt\nQuestion: Count the number of paragraphs."
-        in trajectories[1].messages[0].content
+        trajectories[1].instruction
+        == "Database: cre_Doc_Template_Mgt\nQuestion: Count the number of paragraphs."
     )
 
 
@@ -111,11 +130,39 @@ def test_write_then_read_round_trips(tmp_path, suffix):
     assert read_trajectories(path) == trajectories
 
 
-def test_system_message_and_longer_prompt():
+def test_lossless_round_trip_of_every_field(tmp_path):
+    trajectory = Trajectory(
+        "wörld_0_target_1",
+        "wörld_0",
+        (
+            Message(USER, 'Tâche : faire bouillir de l\'eau 🫖\n\t"quoted"'),
+            Message(ASSISTANT, "Thought: 好.\nAction: go"),
+        ),
+        0.1 + 0.2,  # 0.30000000000000004 must come back bit for bit
+        agent="target",
+        env="sciworld",
+        iteration=3,
+        sampling={
+            "temperature": 0.7,
+            "top_p": 0.95,
+            "seed": 12,
+            "model": "smol",
+            "nested": {"a": [1, 2.5, None]},
+        },
+        extra={"hardness": "easy", "notes": ["x", {"y": 1e-300}]},
+    )
+    path = tmp_path / "trajectories.jsonl"
+    write_trajectories(path, [trajectory])
+    (back,) = read_trajectories(path)
+    assert back == trajectory and back.reward == 0.1 + 0.2
+    assert trajectory_to_record(back) == trajectory_to_record(trajectory)
+    assert json.loads(path.read_text(encoding="utf-8"))["agent"] == "target"
+
+
+def test_system_message_and_eto_prompt():
     record = {
         "id": "t",
         "reward": 0,
-        "prompt_len": 4,
         "conversations": [
             {"role": "system", "content": "sys"},
             {"from": "human", "value": "instruction"},
@@ -126,8 +173,15 @@ def test_system_message_and_longer_prompt():
     }
     trajectory = parse_record(record)
     assert trajectory.actions == ("Action: a",) and trajectory.reward == 0.0 and trajectory.task_id == "t"
-    del record["prompt_len"]
-    assert parse_record(record).prompt_len == 2  # default: system + first user turn
+    assert (
+        trajectory.prompt_len == 4 and trajectory.instruction == "task"
+    )  # the "OK" is prompt, not an action
+    del record["conversations"][0]
+    assert parse_record(record).prompt_len == 3
+    record["conversations"][1]["value"] = "Thought: a real first action."
+    assert parse_record(record).prompt_len == 1  # not ETO's layout: the first user turn is the prompt
+    record["prompt_len"] = 3
+    assert parse_record(record).actions == ("Action: a",)  # an explicit prompt_len always wins
 
 
 def test_missing_reward_needs_a_default():
@@ -138,7 +192,7 @@ def test_missing_reward_needs_a_default():
 
 
 def _real_record():
-    return copy.deepcopy(load_json_records(RECORDS)[6])  # InterCode task 0: 5 actions, reward 1.0
+    return copy.deepcopy(load_json_records(RECORDS)[6])  # InterCode task 40: 5 actions, reward 2/3
 
 
 def _set(path, value):
@@ -177,6 +231,11 @@ MALFORMED = [
     ("reward", _delete(["reward"])),
     ("id", _delete(["id"])),
     ("task_id", _set(["task_id"], 12)),
+    ("agent", _set(["agent"], "gpt-4")),
+    ("env", _set(["env"], 3)),
+    ("iteration", _set(["iteration"], -1)),
+    ("iteration", _set(["iteration"], "2")),
+    ("sampling", _set(["sampling"], [0.7])),
     ("prompt_len", _set(["prompt_len"], 0)),
     ("prompt_len", _set(["prompt_len"], 2)),
     ("prompt_len", _set(["prompt_len"], 99)),
@@ -194,6 +253,31 @@ def test_malformed_record_error_names_file_record_and_field(tmp_path, field_name
         read_trajectories(path)
     assert (info.value.source, info.value.index, info.value.field_name) == (str(path), 2, field_name)
     assert str(info.value).startswith(f"{path}: record 2: field '{field_name}': ")
+
+
+def test_skip_bad_counts_and_reports_every_skipped_record(tmp_path, caplog):
+    good = load_json_records(RECORDS)
+    bad_reward, no_id = _real_record(), _real_record()
+    bad_reward["reward"] = 1.5
+    del no_id["id"]
+    lines = [json.dumps(r) for r in [good[0], bad_reward, good[1], no_id, good[1]]] + ["{not json"]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError, match="record 1: field 'reward'"):
+        read_trajectories(path)
+    with caplog.at_level(logging.WARNING):
+        trajectories, report = read_trajectories(path, skip_bad=True, return_report=True)
+    assert [t.traj_id for t in trajectories] == [good[0]["id"], good[1]["id"]]
+    assert (report.num_records, report.num_read, report.num_bad) == (6, 2, 4)
+    assert report.to_dict()["bad"] == [
+        {"index": 1, "field": "reward", "problem": "1.5 is outside [0, 1]"},
+        {"index": 3, "field": "id", "problem": "expected a non-empty string, got None"},
+        {"index": 4, "field": "id", "problem": "duplicate id 'sciworld_icl_0' (first at record 2)"},
+        {"index": 5, "field": "<json>", "problem": report.errors[3].problem},
+    ]
+    assert f"{path}: skipped 4 bad record(s) of 6" in caplog.text
+    assert f"{path}: record 3: field 'id'" in caplog.text  # each skipped record is named in the log
+    assert read_trajectories(path, skip_bad=True) == trajectories  # plain list without return_report
 
 
 def test_malformed_files(tmp_path):

@@ -27,7 +27,7 @@ def real_trajectories():
 def test_trajectories_round_trip(tmp_path):
     trajectories = real_trajectories()
     version_dir = write_trajectories_dataset({"train": trajectories[3:], "icl": trajectories[:3]}, tmp_path)
-    assert version_dir == os.fspath(tmp_path / "coevo_trajectories" / "1.0.0")
+    assert version_dir == os.fspath(tmp_path / "coevo_trajectories" / "1.1.0")
     assert any(name.startswith("coevo_trajectories-train.array_record") for name in os.listdir(version_dir))
     assert read_trajectories_dataset(version_dir, "train") == trajectories[3:]  # order and values kept
     assert read_trajectories_dataset(version_dir, "icl") == trajectories[:3]
@@ -41,12 +41,28 @@ def test_trajectories_round_trip(tmp_path):
 
 def test_pairs_round_trip(tmp_path):
     expert = next(t for t in real_trajectories() if t.traj_id == "intercode_sql_0_gpt-4")
-    target = Trajectory("sql0_tgt", expert.task_id, expert.messages[:3], 0.25, "target")
-    failure = Trajectory("sql0_fail", expert.task_id, expert.messages[:5], 0.5, "failure")
+    target = Trajectory(
+        "sql0_tgt", expert.task_id, expert.messages[:4], 0.25, "target", prompt_len=3, iteration=0
+    )
+    failure = Trajectory(
+        "sql0_fail",
+        expert.task_id,
+        expert.messages[:6],
+        0.7,
+        "failure",
+        prompt_len=3,
+        env="intercode_sql",
+        iteration=2,
+        sampling={"temperature": 0.1 + 0.2, "model": "smöl", "stop": ["\n"]},
+    )
     pairs = build_target_pairs([expert], [target], [failure])
     assert [p.kind for p in pairs] == ["expert_vs_failure", "expert_vs_target", "failure_vs_failure"]
+    assert [p.hard_negative for p in pairs] == [True, False, False]
     version_dir = write_pairs_dataset({"train": pairs}, tmp_path)
-    assert read_pairs_dataset(version_dir) == pairs
+    back = read_pairs_dataset(version_dir)
+    assert back == list(pairs)
+    assert back[0].rejected.sampling["temperature"] == 0.1 + 0.2 and back[1].rejected.iteration == 0
+    assert back[0].chosen.iteration is None
     assert "tensorflow" not in sys.modules
 
 

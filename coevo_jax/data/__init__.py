@@ -1,20 +1,30 @@
-"""Trajectory data for coevo_jax: records, chat rendering with action masks, preference pairs, batches.
+"""Trajectory data for coevo_jax: records, formats, chat rendering with action masks, preference pairs, batches.
 
-* `records`: `Trajectory` / `Message`, the strict ETO conversation reader and writer (`DataFormatError`).
+Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq. 6, eq. 8) ->
+`tokenize_pairs` (action masks, over-long policy) -> `iter_dpo_batches` (bucketed [2B, L] batches).
+
+* `records`: `Trajectory` / `Message` / `Turn`, lossless JSONL records, strict reader (`DataFormatError`,
+  `skip_bad` with a `ReadReport`) and writer.
+* `formats`: ETO conversation files in and out, TRL preference files out, lossless pair JSONL.
 * `converters`: real ETO in-context examples and InterCode-SQL GPT-4 episodes as trajectories.
 * `chat_format`: Llama-2 (ETO/FastChat) and tokenizer chat-template rendering; token-level action masks.
 * `chat_templates`: Jinja templates for Llama-2-chat and ChatML (Qwen) written from the published formats.
-* `pairs`: eq. 6 `build_failure_pairs`, eq. 8 `build_target_pairs`, `build_eto_pairs`, `select_rft`.
-* `batching`: bucketed fixed-shape SFT and DPO batches (`input_ids`, `attention_mask`, `targets`, `loss_mask`).
+* `pairs`: eq. 6 `build_failure_pairs`, eq. 8 `build_target_pairs`, `build_eto_pairs`,
+  `build_positive_agent_pairs`, `select_rft`; each builder returns a `PreferenceDataset` with its report.
+* `reports`: `DatasetReport` (counts by pair type, hard negatives, rejected-reward histogram).
+* `batching`: over-long policy (`FitReport`), bucketed fixed-shape SFT and DPO batches.
 * `tfds_builders` (import it explicitly; it loads tensorflow_datasets): array_record datasets, no TensorFlow.
 """
 
 from coevo_jax.data.batching import (
     DEFAULT_BUCKETS,
+    OVERFLOW_POLICIES,
+    FitReport,
     TokenizedPair,
     bucket_for,
     collate_dpo,
     collate_sft,
+    fit_to_length,
     iter_dpo_batches,
     iter_sft_batches,
     next_token_targets,
@@ -24,10 +34,12 @@ from coevo_jax.data.batching import (
     tokenize_sft_examples,
 )
 from coevo_jax.data.chat_format import (
+    CHAT_FORMATS,
     ChatTemplateFormat,
     Llama2ChatFormat,
     RenderedConversation,
     TokenizedTrajectory,
+    chat_format_for,
     describe_mask,
     tokenize_trajectory,
 )
@@ -38,43 +50,87 @@ from coevo_jax.data.converters import (
     read_icl_examples,
     read_intercode_trajectories,
 )
+from coevo_jax.data.formats import (
+    eto_conversation_record,
+    read_eto_conversations,
+    read_pairs_jsonl,
+    trl_preference_record,
+    with_eto_prompt,
+    write_eto_conversations,
+    write_pairs_jsonl,
+    write_trl_preferences,
+)
 from coevo_jax.data.pairs import (
+    DEFAULT_HARD_NEGATIVE_THRESHOLD,
+    EXPERT_VS_FAILURE,
+    EXPERT_VS_POSITIVE,
+    EXPERT_VS_TARGET,
+    FAILURE_AGENT_VS_FAILURE_AGENT,
+    FAILURE_VS_FAILURE,
+    TARGET_VS_TARGET,
+    PreferenceDataset,
     PreferencePair,
     build_eto_pairs,
     build_failure_pairs,
+    build_positive_agent_pairs,
     build_target_pairs,
+    deduplicate,
     select_rft,
 )
 from coevo_jax.data.records import (
+    AGENTS,
     DataFormatError,
     Message,
+    ReadReport,
     Trajectory,
+    Turn,
     parse_record,
     parse_records,
     read_trajectories,
     write_trajectories,
 )
+from coevo_jax.data.reports import DatasetReport, reward_histogram
 
 __all__ = [
+    "AGENTS",
     "CHATML_TEMPLATE",
+    "CHAT_FORMATS",
     "DEFAULT_BUCKETS",
+    "DEFAULT_HARD_NEGATIVE_THRESHOLD",
+    "EXPERT_VS_FAILURE",
+    "EXPERT_VS_POSITIVE",
+    "EXPERT_VS_TARGET",
+    "FAILURE_AGENT_VS_FAILURE_AGENT",
+    "FAILURE_VS_FAILURE",
     "LLAMA2_CHAT_TEMPLATE",
+    "OVERFLOW_POLICIES",
+    "TARGET_VS_TARGET",
     "ChatTemplateFormat",
     "DataFormatError",
+    "DatasetReport",
+    "FitReport",
     "Llama2ChatFormat",
     "Message",
+    "PreferenceDataset",
     "PreferencePair",
+    "ReadReport",
     "RenderedConversation",
     "TokenizedPair",
     "TokenizedTrajectory",
     "Trajectory",
+    "Turn",
     "bucket_for",
     "build_eto_pairs",
     "build_failure_pairs",
+    "build_positive_agent_pairs",
     "build_target_pairs",
+    "chat_format_for",
     "collate_dpo",
     "collate_sft",
+    "deduplicate",
     "describe_mask",
+    "eto_conversation_record",
+    "fit_to_length",
     "icl_examples_to_trajectories",
     "intercode_episode_to_trajectory",
     "iter_dpo_batches",
@@ -84,12 +140,20 @@ __all__ = [
     "parse_records",
     "plan_batches",
     "power_of_two_buckets",
+    "read_eto_conversations",
     "read_icl_examples",
     "read_intercode_trajectories",
+    "read_pairs_jsonl",
     "read_trajectories",
+    "reward_histogram",
     "select_rft",
     "tokenize_pairs",
     "tokenize_sft_examples",
     "tokenize_trajectory",
+    "trl_preference_record",
+    "with_eto_prompt",
+    "write_eto_conversations",
+    "write_pairs_jsonl",
     "write_trajectories",
+    "write_trl_preferences",
 ]

@@ -17,6 +17,11 @@ DPO batch (`collate_dpo`): the above as [2B, L], rows 0..B-1 the chosen trajecto
 B..2B-1 the rejected ones in the same order (one forward scores both; split with `x[:B]`, `x[B:]`), plus
 per pair `lambda_dpo[B]`, `lambda_sft[B]`, `pair_mask[B]` (float32).
 
+Over-long trajectories (`fit_to_length`, default "cut_turns"): keep the prompt and cut whole turns from the
+end until the sequence fits `max_length`, so the last scored token is still an end-of-turn; a trajectory whose
+prompt plus first action does not fit is dropped (and a pair with it). `tokenize_sft_examples` /
+`tokenize_pairs` return a `FitReport` with how many were cut and dropped; they are never silent.
+
 Padding rows/pairs repeat the first real row/pair's tokens, so no row is fully masked (a fully masked
 attention row makes a softmax NaN that can leak into gradients), but carry zero `loss_mask`, zero lambdas and
 a zero `example_mask` / `pair_mask`: they contribute nothing to any loss.
@@ -24,15 +29,18 @@ a zero `example_mask` / `pair_mask`: they contribute nothing to any loss.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from coevo_jax.data.chat_format import TokenizedTrajectory, tokenize_trajectory
 from coevo_jax.data.pairs import PreferencePair
 from coevo_jax.data.records import Trajectory
+
+log = logging.getLogger(__name__)
 
 
 def power_of_two_buckets(max_length: int = 4096, min_length: int = 128) -> tuple[int, ...]:
@@ -55,21 +63,92 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
     raise ValueError(f"length {length} exceeds the largest bucket {max(buckets)}")
 
 
-def fit_to_length(tokens: TokenizedTrajectory, max_length: int, overflow: str) -> TokenizedTrajectory | None:
-    """Apply the overflow policy: "truncate" (keep the first max_length tokens), "drop" (None) or "error".
+OVERFLOW_POLICIES = ("cut_turns", "drop", "error")
 
-    A truncated sequence left without any action token is dropped (None): it would train nothing.
+
+def fit_to_length(tokens: TokenizedTrajectory, max_length: int, overflow: str) -> TokenizedTrajectory | None:
+    """Apply the over-long policy to one tokenized trajectory; None means dropped.
+
+    * "cut_turns" (default): keep the prompt and cut whole turns from the end, as ETO truncates trajectories:
+      the result is the longest prefix that ends right after some action's end-of-turn token and fits, so
+      it is prompt, a_1, o_1, ..., a_k with k >= 1. If even prompt + a_1 does not fit, it is dropped.
+    * "drop": drop every over-long trajectory. * "error": raise on the first one.
     """
+    if overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"unknown overflow policy {overflow!r}; expected one of {OVERFLOW_POLICIES}")
     if len(tokens) <= max_length:
         return tokens
     if overflow == "error":
         raise ValueError(f"sequence of {len(tokens)} tokens exceeds max_length {max_length}")
-    if overflow == "drop":
+    fitting = tokens.action_ends[tokens.action_ends <= max_length]
+    if overflow == "drop" or not len(fitting):
         return None
-    if overflow != "truncate":
-        raise ValueError(f"unknown overflow policy {overflow!r}")
-    cut = TokenizedTrajectory(tokens.input_ids[:max_length], tokens.action_mask[:max_length])
-    return cut if cut.num_action_tokens else None
+    end = int(fitting[-1])
+    return TokenizedTrajectory(tokens.input_ids[:end], tokens.action_mask[:end])
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """What the over-long policy did: items are trajectories (SFT) or pairs (DPO; cut if either side was).
+
+    `trajectories_cut` / `trajectories_dropped` count distinct trajectories, `turns_cut` the actions they lost.
+    `dropped` includes the `identical_after_cut` pairs whose two sides became the same tokens (no preference
+    left, e.g. a rollout that copied the expert's first turns and diverged only after the cut).
+    """
+
+    policy: str
+    max_length: int
+    items: int
+    kept_whole: int
+    cut: int
+    dropped: int
+    trajectories_cut: int
+    trajectories_dropped: int
+    turns_cut: int
+    identical_after_cut: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class _Fitter:
+    """Tokenizes each trajectory once, fits it, and keeps the counts for the `FitReport`."""
+
+    def __init__(self, tokenizer, chat_format, max_length: int, overflow: str):
+        self.tokenizer, self.chat_format = tokenizer, chat_format
+        self.max_length, self.overflow = max_length, overflow
+        self.fitted: dict[str, TokenizedTrajectory | None] = {}
+        self.cut_turns: dict[str, int] = {}
+
+    def __call__(self, trajectory: Trajectory) -> TokenizedTrajectory | None:
+        key = trajectory.traj_id
+        if key not in self.fitted:
+            full = tokenize_trajectory(self.tokenizer, self.chat_format, trajectory)
+            fitted = fit_to_length(full, self.max_length, self.overflow)
+            self.fitted[key] = fitted
+            if fitted is not None and fitted is not full:
+                self.cut_turns[key] = len(full.action_ends) - len(fitted.action_ends)
+        return self.fitted[key]
+
+    def was_cut(self, trajectory: Trajectory) -> bool:
+        return trajectory.traj_id in self.cut_turns
+
+    def report(self, items: int, kept_whole: int, cut: int, dropped: int, identical: int = 0) -> FitReport:
+        report = FitReport(
+            policy=self.overflow,
+            max_length=self.max_length,
+            items=items,
+            kept_whole=kept_whole,
+            cut=cut,
+            dropped=dropped,
+            trajectories_cut=len(self.cut_turns),
+            trajectories_dropped=sum(v is None for v in self.fitted.values()),
+            turns_cut=sum(self.cut_turns.values()),
+            identical_after_cut=identical,
+        )
+        if cut or dropped:
+            log.warning("over-long (max_length %d, %s): %s", self.max_length, self.overflow, report)
+        return report
 
 
 @dataclass(frozen=True)
@@ -84,44 +163,54 @@ class TokenizedPair:
 
 
 def tokenize_sft_examples(
-    trajectories: Sequence[Trajectory], tokenizer, chat_format, *, max_length: int, overflow: str = "truncate"
-) -> tuple[list[TokenizedTrajectory], dict[str, int]]:
-    """Tokenize with action masks and apply the overflow policy; returns (examples, counts)."""
-    examples, counts = [], {"kept": 0, "truncated": 0, "dropped": 0}
+    trajectories: Sequence[Trajectory],
+    tokenizer,
+    chat_format,
+    *,
+    max_length: int,
+    overflow: str = "cut_turns",
+) -> tuple[list[TokenizedTrajectory], FitReport]:
+    """Tokenize with action masks and apply the over-long policy; returns (examples, report)."""
+    fitter = _Fitter(tokenizer, chat_format, max_length, overflow)
+    examples, cut, dropped = [], 0, 0
     for trajectory in trajectories:
-        tokens = tokenize_trajectory(tokenizer, chat_format, trajectory)
-        fitted = fit_to_length(tokens, max_length, overflow)
-        counts["dropped" if fitted is None else "truncated" if fitted is not tokens else "kept"] += 1
-        if fitted is not None:
-            examples.append(fitted)
-    return examples, counts
+        fitted = fitter(trajectory)
+        if fitted is None:
+            dropped += 1
+            continue
+        cut += fitter.was_cut(trajectory)
+        examples.append(fitted)
+    return examples, fitter.report(len(trajectories), len(examples) - cut, cut, dropped)
 
 
 def tokenize_pairs(
-    pairs: Sequence[PreferencePair], tokenizer, chat_format, *, max_length: int, overflow: str = "truncate"
-) -> tuple[list[TokenizedPair], dict[str, int]]:
-    """Tokenize both sides of each pair (each trajectory once); a pair with a dropped side is dropped."""
-    cache: dict[str, TokenizedTrajectory | None] = {}
-    counts = {"kept": 0, "truncated": 0, "dropped": 0}
+    pairs: Sequence[PreferencePair],
+    tokenizer,
+    chat_format,
+    *,
+    max_length: int,
+    overflow: str = "cut_turns",
+) -> tuple[list[TokenizedPair], FitReport]:
+    """Tokenize both sides of each pair (each trajectory once) and fit each side by the same policy.
 
-    def tokens_of(trajectory: Trajectory) -> TokenizedTrajectory | None:
-        if trajectory.traj_id not in cache:
-            cache[trajectory.traj_id] = tokenize_trajectory(tokenizer, chat_format, trajectory)
-        full = cache[trajectory.traj_id]
-        return fit_to_length(full, max_length, overflow)
-
-    result = []
+    "The same way" for chosen and rejected: each side is cut independently by the same rule (whole turns
+    from its end until it fits; both keep the shared prompt); a pair with a dropped side is dropped, and so
+    is a pair whose two sides were cut to identical tokens.
+    """
+    fitter = _Fitter(tokenizer, chat_format, max_length, overflow)
+    result, cut, dropped, identical = [], 0, 0, 0
     for pair in pairs:
-        chosen, rejected = tokens_of(pair.chosen), tokens_of(pair.rejected)
+        chosen, rejected = fitter(pair.chosen), fitter(pair.rejected)
         if chosen is None or rejected is None:
-            counts["dropped"] += 1
+            dropped += 1
             continue
-        was_cut = len(chosen) < len(cache[pair.chosen.traj_id]) or len(rejected) < len(
-            cache[pair.rejected.traj_id]
-        )
-        counts["truncated" if was_cut else "kept"] += 1
+        was_cut = fitter.was_cut(pair.chosen) or fitter.was_cut(pair.rejected)
+        if was_cut and np.array_equal(chosen.input_ids, rejected.input_ids):
+            dropped, identical = dropped + 1, identical + 1
+            continue
+        cut += was_cut
         result.append(TokenizedPair(chosen, rejected, pair.lambda_dpo, pair.lambda_sft))
-    return result, counts
+    return result, fitter.report(len(pairs), len(result) - cut, cut, dropped, identical)
 
 
 def next_token_targets(

@@ -17,11 +17,11 @@ What a span covers, for every format:
   first content token (sentencepiece `▁Thought`) that token is marked, since it does carry content.
 A token counts as an action token when its character range overlaps a span.
 
-Two formats:
-* `Llama2ChatFormat`: ETO's FastChat "llama-2" conversation, rendered directly (no Jinja):
+Two formats (`chat_format_for(tokenizer, name)` picks one by its config name):
+* `Llama2ChatFormat` ("llama2_fastchat"): ETO's FastChat "llama-2" conversation, rendered directly (no Jinja):
   `<s>[INST] {u} [/INST] {a1} </s><s>[INST] {o1} [/INST] {a2} </s>...` (`</s><s>` between turns), with the `<<SYS>>` block inside the
   first `[INST]` only when a system message is given (ETO's was empty).
-* `ChatTemplateFormat`: any tokenizer chat template through `apply_chat_template`. Assistant spans are found
+* `ChatTemplateFormat` ("chat_template"): any tokenizer chat template through `apply_chat_template`. Assistant spans are found
   by rendering the conversation prefix by prefix: the turn starts where the render of the messages before it
   plus the generation prompt ends, and stops at the last end-of-turn string before the end of the render
   that includes it. Templates whose render of a prefix is not a prefix of the full render (e.g. ones that
@@ -55,6 +55,15 @@ class TokenizedTrajectory:
     @property
     def num_action_tokens(self) -> int:
         return int(self.action_mask.sum())
+
+    @property
+    def action_ends(self) -> np.ndarray:
+        """int [num actions]: one past the last token (the end-of-turn) of each action's masked run.
+
+        Runs never touch: a user turn's header always lies between two actions.
+        """
+        mask = self.action_mask
+        return np.flatnonzero(mask & ~np.append(mask[1:], False)) + 1
 
 
 def _as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
@@ -135,6 +144,18 @@ class ChatTemplateFormat:
                 raise ValueError(f"no end-of-turn {end_of_turn!r} after assistant message {i}")
             spans.append((len(before), eot_offset + len(end_of_turn)))
         return RenderedConversation(full, tuple(spans))
+
+
+CHAT_FORMATS = ("chat_template", "llama2_fastchat")
+
+
+def chat_format_for(tokenizer, name: str = "chat_template", *, default_system: str = ""):
+    """The rendering a config names: the tokenizer's own template, or ETO's FastChat Llama-2 format."""
+    if name == "chat_template":
+        return ChatTemplateFormat(tokenizer)
+    if name == "llama2_fastchat":
+        return Llama2ChatFormat.for_tokenizer(tokenizer, default_system=default_system)
+    raise ValueError(f"unknown chat format {name!r}; expected one of {CHAT_FORMATS}")
 
 
 def action_mask_from_offsets(

@@ -4,11 +4,16 @@ Two sources are supported, both parsed strictly (errors name file, record index 
 
 * ETO in-context examples (`*_icl.json`): a JSON list of conversations, each a list of messages. The real
   files mix `{"role": ...}` and `{"from": "gpt", ...}` spellings; both are accepted. They are expert
-  demonstrations and carry no reward, so they get `reward=1.0` unless told otherwise.
+  demonstrations and carry no reward, so they get `reward=1.0` unless told otherwise. Given the
+  environment's instruction turn (`*_inst.txt`), the trajectory gets ETO's prompt layout (instruction,
+  "OK", the example's first user turn), as in ETO's SFT data.
 * InterCode-SQL episodes (`ic_sql_multiturn_gpt-4_10_turns.json`): a JSON object keyed by task, each with
-  `query` and `turn_history.{actions, observations, rewards}`. Each SQL action becomes an assistant turn
+  `query` and `turn_history.{actions, observations, rewards}`, in ETO's layout: the instruction, "OK",
+  then "Database: <db>\nQuestion: <query>" as the task turn. Each SQL action becomes an assistant turn
   "Action: <sql>" and each observation a user turn "Observation: <output>". The trajectory reward r(u, e)
   is InterCode's reward after the final turn (the episode ends when it reaches 1.0 or the turn limit).
+  The producing model goes to `sampling["model"]`; the agent label defaults to "expert" (GPT-4 episodes
+  are ETO's expert source; filter on reward before using them as experts).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import math
 import os
 from collections.abc import Mapping
 
-from coevo_jax.data.records import DataFormatError, Message, Trajectory, load_json_records, parse_record
+from coevo_jax.data.formats import with_eto_prompt
+from coevo_jax.data.records import ETO_ACK, DataFormatError, Trajectory, load_json_records, parse_record
 
 INTERCODE_SQL_INSTRUCTION = (
     "You are an agent that answers questions about a MySQL database by querying it. "
@@ -37,8 +43,7 @@ def icl_examples_to_trajectories(
 ) -> list[Trajectory]:
     """ETO in-context examples (a list of message lists) as expert trajectories.
 
-    With `instruction`, it is prepended (blank line between) to the first user turn, as ETO does when it puts
-    its instruction text into the first human message.
+    With `instruction`, the prompt becomes ETO's (instruction, "OK", first user turn) with `prompt_len` 3.
     """
     if not isinstance(conversations, list):
         raise DataFormatError(source_name, -1, "<file>", "expected a list of conversations")
@@ -46,14 +51,15 @@ def icl_examples_to_trajectories(
     for index, messages in enumerate(conversations):
         if not isinstance(messages, list):
             raise DataFormatError(source_name, index, "conversations", "expected a list of messages")
-        record = {"id": f"{env_name}_icl_{index}", "conversations": messages, "reward": reward}
+        record = {
+            "id": f"{env_name}_icl_{index}",
+            "env": env_name,
+            "conversations": messages,
+            "reward": reward,
+        }
         trajectory = parse_record(record, source=source_name, index=index)
         if instruction is not None:
-            first = trajectory.messages[0]
-            joined = Message(first.role, f"{instruction.rstrip()}\n\n{first.content}")
-            trajectory = Trajectory(
-                trajectory.traj_id, trajectory.task_id, (joined, *trajectory.messages[1:]), reward, "expert"
-            )
+            trajectory = with_eto_prompt(trajectory, instruction.rstrip())
         trajectories.append(trajectory)
     return trajectories
 
@@ -88,9 +94,10 @@ def intercode_episode_to_trajectory(
     index: int = 0,
     instruction: str = INTERCODE_SQL_INSTRUCTION,
     db: str | None = None,
-    source: str = "gpt-4",
+    model: str = "gpt-4",
+    agent: str = "expert",
 ) -> Trajectory:
-    """One InterCode-SQL episode as a trajectory with task id `intercode_sql_<key>`."""
+    """One InterCode-SQL episode as a trajectory with task id `intercode_sql_<key>`, in ETO's layout."""
     if not isinstance(episode, Mapping):
         raise DataFormatError(
             source_name, index, "<record>", f"expected an object, got {type(episode).__name__}"
@@ -117,16 +124,23 @@ def intercode_episode_to_trajectory(
             source_name, index, f"turn_history.rewards[{len(rewards) - 1}]", "outside [0, 1]"
         )
     database = f"Database: {db}\n" if db else ""
-    conversation = [{"from": "human", "value": f"{instruction}\n\n{database}Question: {query}"}]
+    conversation = [
+        {"from": "human", "value": instruction},
+        {"from": "gpt", "value": ETO_ACK},
+        {"from": "human", "value": f"{database}Question: {query}"},
+    ]
     for action, observation in zip(actions, observations, strict=True):
         conversation.append({"from": "gpt", "value": f"Action: {action}"})
         conversation.append({"from": "human", "value": f"Observation: {observation}"})
     conversation.pop()  # e = (u, a_1, o_1, ..., a_n): the last observation is not part of the trajectory
     record = {
-        "id": f"intercode_sql_{key}_{source}",
+        "id": f"intercode_sql_{key}_{model}",
         "task_id": f"intercode_sql_{key}",
-        "source": source,
+        "env": "intercode_sql",
+        "agent": agent,
         "reward": final_reward,
+        "prompt_len": 3,
+        "sampling": {"model": model},
         "conversations": conversation,
         "hardness": episode.get("hardness"),
     }
@@ -138,7 +152,8 @@ def read_intercode_trajectories(
     *,
     instruction: str = INTERCODE_SQL_INSTRUCTION,
     dbs: Mapping[str, str] | None = None,
-    source: str = "gpt-4",
+    model: str = "gpt-4",
+    agent: str = "expert",
 ) -> list[Trajectory]:
     """Read an InterCode trajectory file (object keyed by task); `dbs` maps task key to database name."""
     source_name = os.fspath(path)
@@ -153,7 +168,8 @@ def read_intercode_trajectories(
             index=index,
             instruction=instruction,
             db=(dbs or {}).get(key),
-            source=source,
+            model=model,
+            agent=agent,
         )
         for index, (key, episode) in enumerate(episodes.items())
     ]

@@ -1,39 +1,51 @@
-"""Trajectories as ETO conversation records: the data model, a strict reader and a writer.
+"""Trajectories: the data model, and its lossless JSON Lines records with a strict reader and a writer.
 
-A trajectory e = (u, a_1, o_1, ..., a_n) (paper eq. 1) is stored as one *ETO conversation record*, the
-FastChat-style JSON that ETO (Song et al., 2024) uses for its SFT data, plus the fields co-evolution needs:
+A trajectory e = (u, a_1, o_1, ..., a_n) (paper section 4.1) is a message list whose first `prompt_len`
+messages are the instruction u (never trained on) and whose remaining messages alternate assistant actions
+a_t (ReAct text, `Thought: ...` included) and user observations o_t. One record, one JSON line:
 
     {"id": "webshop_12_target_0",          # unique trajectory id (required)
      "task_id": "webshop_12",              # the instruction u; pairs are only formed within one task_id
+     "env": "webshop",                     # environment name ("" = unknown)
+     "agent": "target",                    # who produced it: expert | target | failure | other
+     "iteration": 2,                       # co-evolution iteration that sampled it; null for expert data
      "reward": 0.75,                       # r(u, e) in [0, 1]
-     "source": "target",                   # who produced it: expert | target | failure | ...
-     "prompt_len": 1,                      # leading messages that make up u (never trained on)
-     "conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}, ...]}
+     "prompt_len": 3,                      # leading messages that make up u
+     "sampling": {"temperature": 1.0, "seed": 7, "model": "..."},   # free-form sampling metadata
+     "conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}, ...],
+     ...}                                  # any other key is kept verbatim in `Trajectory.extra`
 
-Messages may also be written `{"role": "user"|"assistant"|"system", "content": ...}`; real ETO prompt files
-mix both spellings within one conversation, so each message may use either role key and either text key.
-`task_id` defaults to `id`, `source` to "expert", `prompt_len` to 1. A missing `reward` is an error unless the
-reader is given `default_reward` (ETO's expert files carry none).
+This is ETO's conversation record (see `formats` for ETO's exact layout) plus the fields co-evolution needs.
+Messages may also be spelled `{"role": "user"|"assistant"|"system", "content": ...}`. Defaults: `task_id` =
+`id`, `agent` = "expert", `env` = "", `iteration` = null, `sampling` = {}; a missing `reward` is an error
+unless the reader gets `default_reward`. A missing `prompt_len` is 1 (2 after a system message), or 3 (4) when
+the conversation opens with ETO's layout (instruction, an assistant "OK", the task): the "OK" is prompt.
 
-Any malformed record raises `DataFormatError` naming the file, the record index and the field.
-Files are JSON (a list of records) or JSON Lines (`.jsonl`, one record a line).
+A malformed record raises `DataFormatError` naming the file, the record index and the field. With
+`skip_bad=True` the reader skips such records instead, logs each one, and can return a `ReadReport`
+(`return_report=True`); nothing is ever dropped silently. Files are JSON (a list) or JSON Lines (`.jsonl`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 USER, ASSISTANT, SYSTEM = "user", "assistant", "system"
 ROLE_ALIASES = {"human": USER, "user": USER, "gpt": ASSISTANT, "assistant": ASSISTANT, "system": SYSTEM}
 ETO_ROLE_NAMES = {USER: "human", ASSISTANT: "gpt", SYSTEM: "system"}
+AGENTS = ("expert", "target", "failure", "other")
+ETO_ACK = "OK"  # the assistant's acknowledgement of the instruction turn in ETO's layout
+
+log = logging.getLogger(__name__)
 
 
 class DataFormatError(ValueError):
-    """A record that does not follow the ETO conversation format; the message names file, record and field."""
+    """A malformed record; the message names the file (`source`), the record index and the field."""
 
     def __init__(self, source: str, index: int, field_name: str, problem: str):
         self.source, self.index, self.field_name, self.problem = source, index, field_name, problem
@@ -47,6 +59,14 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One ReAct step: the action a_t (with its `Thought:`) and the observation o_t after it (None at the end)."""
+
+    action: str
+    observation: str | None
+
+
+@dataclass(frozen=True)
 class Trajectory:
     """One episode for one instruction. The first `prompt_len` messages are the instruction u."""
 
@@ -54,130 +74,253 @@ class Trajectory:
     task_id: str
     messages: tuple[Message, ...]
     reward: float
-    source: str = "expert"
+    agent: str = "expert"
     prompt_len: int = 1
+    env: str = ""
+    iteration: int | None = None
+    sampling: Mapping[str, object] = field(default_factory=dict)
     extra: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.agent not in AGENTS:
+            raise ValueError(f"{self.traj_id}: agent {self.agent!r} is not one of {AGENTS}")
+        if not 0.0 <= self.reward <= 1.0:
+            raise ValueError(f"{self.traj_id}: reward {self.reward!r} is outside [0, 1]")
 
     @property
     def prompt(self) -> tuple[Message, ...]:
         return self.messages[: self.prompt_len]
 
     @property
+    def instruction(self) -> str:
+        """The task as the agent was given it: the last user message of the prompt."""
+        return next(m.content for m in reversed(self.prompt) if m.role == USER)
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The ReAct steps after the prompt, (a_1, o_1), ..., (a_n, None or a trailing observation)."""
+        rest = self.messages[self.prompt_len :]
+        return tuple(
+            Turn(rest[i].content, rest[i + 1].content if i + 1 < len(rest) else None)
+            for i in range(0, len(rest), 2)
+        )
+
+    @property
     def actions(self) -> tuple[str, ...]:
         """The assistant turns after the prompt: a_1 ... a_n."""
         return tuple(m.content for m in self.messages[self.prompt_len :] if m.role == ASSISTANT)
 
+    @property
+    def observations(self) -> tuple[str, ...]:
+        """The user turns after the prompt: o_1 ... o_{n-1} (and o_n if the record kept it)."""
+        return tuple(m.content for m in self.messages[self.prompt_len :] if m.role == USER)
 
-def _fail(source: str, index: int, field_name: str, problem: str) -> DataFormatError:
-    return DataFormatError(source, index, field_name, problem)
+
+@dataclass(frozen=True)
+class ReadReport:
+    """What a reader did with a file: how many records it read and which it skipped, and why."""
+
+    path: str
+    num_records: int
+    errors: tuple[DataFormatError, ...] = ()
+
+    @property
+    def num_bad(self) -> int:
+        return len(self.errors)
+
+    @property
+    def num_read(self) -> int:
+        return self.num_records - self.num_bad
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "num_records": self.num_records,
+            "num_read": self.num_read,
+            "num_bad": self.num_bad,
+            "bad": [{"index": e.index, "field": e.field_name, "problem": e.problem} for e in self.errors],
+        }
 
 
 def _parse_message(raw: object, source: str, index: int, where: str) -> Message:
     if not isinstance(raw, Mapping):
-        raise _fail(source, index, where, f"expected an object, got {type(raw).__name__}")
+        raise DataFormatError(source, index, where, f"expected an object, got {type(raw).__name__}")
     role_key = "from" if "from" in raw else "role" if "role" in raw else None
     if role_key is None:
-        raise _fail(source, index, f"{where}.from", "missing role (neither 'from' nor 'role')")
+        raise DataFormatError(source, index, f"{where}.from", "missing role (neither 'from' nor 'role')")
     role = ROLE_ALIASES.get(raw[role_key]) if isinstance(raw[role_key], str) else None
     if role is None:
-        raise _fail(source, index, f"{where}.{role_key}", f"unknown role {raw[role_key]!r}")
+        raise DataFormatError(source, index, f"{where}.{role_key}", f"unknown role {raw[role_key]!r}")
     text_key = "value" if "value" in raw else "content" if "content" in raw else None
     if text_key is None:
-        raise _fail(source, index, f"{where}.value", "missing text (neither 'value' nor 'content')")
+        raise DataFormatError(source, index, f"{where}.value", "missing text (neither 'value' nor 'content')")
     if not isinstance(raw[text_key], str):
-        raise _fail(
-            source, index, f"{where}.{text_key}", f"expected a string, got {type(raw[text_key]).__name__}"
-        )
+        problem = f"expected a string, got {type(raw[text_key]).__name__}"
+        raise DataFormatError(source, index, f"{where}.{text_key}", problem)
     return Message(role, raw[text_key])
 
 
-def _check_turn_order(messages: Sequence[Message], source: str, index: int) -> None:
-    """System messages only first; then user and assistant strictly alternate, starting with user."""
+def parse_messages(raw_messages: object, source: str, index: int) -> tuple[Message, ...]:
+    """`conversations`: a system message only first, then user and assistant alternating from user."""
+    if not isinstance(raw_messages, list) or not raw_messages:
+        raise DataFormatError(source, index, "conversations", "expected a non-empty list of messages")
+    messages = tuple(
+        _parse_message(raw, source, index, f"conversations[{i}]") for i, raw in enumerate(raw_messages)
+    )
     expected = USER
     for i, message in enumerate(messages):
         if message.role == SYSTEM:
             if i != 0:
-                raise _fail(source, index, f"conversations[{i}].from", "a system message may only come first")
+                raise DataFormatError(
+                    source, index, f"conversations[{i}].from", "a system message may only come first"
+                )
             continue
         if message.role != expected:
-            raise _fail(
-                source, index, f"conversations[{i}].from", f"expected role {expected}, got {message.role}"
-            )
+            problem = f"expected role {expected}, got {message.role}"
+            raise DataFormatError(source, index, f"conversations[{i}].from", problem)
         expected = ASSISTANT if expected == USER else USER
     if not any(m.role == ASSISTANT for m in messages):
-        raise _fail(source, index, "conversations", "no assistant turn")
+        raise DataFormatError(source, index, "conversations", "no assistant turn")
+    return messages
+
+
+def has_eto_prompt(messages: Sequence[Message]) -> bool:
+    """Whether the conversation opens with ETO's instruction / "OK" / task turns and has an action after."""
+    return (
+        len(messages) >= 4
+        and [m.role for m in messages[:4]] == [USER, ASSISTANT, USER, ASSISTANT]
+        and messages[1].content.strip() == ETO_ACK
+    )
+
+
+def default_prompt_len(messages: Sequence[Message]) -> int:
+    """ETO's three turns or else the first user turn, after a system message if there is one."""
+    offset = int(messages[0].role == SYSTEM)
+    return offset + (3 if has_eto_prompt(messages[offset:]) else 1)
 
 
 def _require_str(record: Mapping, key: str, source: str, index: int, default: str | None = None) -> str:
     value = record.get(key, default)
     if not isinstance(value, str) or not value:
-        raise _fail(source, index, key, f"expected a non-empty string, got {value!r}")
+        raise DataFormatError(source, index, key, f"expected a non-empty string, got {value!r}")
     return value
 
 
-def _parse_reward(record: Mapping, source: str, index: int, default_reward: float | None) -> float:
-    value = record.get("reward", default_reward)
+def parse_reward(value: object, source: str, index: int, field_name: str = "reward") -> float:
     if value is None:
-        raise _fail(source, index, "reward", "missing (pass default_reward for files without rewards)")
+        raise DataFormatError(source, index, field_name, "missing (pass default_reward for files without)")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _fail(source, index, "reward", f"expected a finite number, got {value!r}")
+        raise DataFormatError(source, index, field_name, f"expected a finite number, got {value!r}")
     if not 0.0 <= value <= 1.0:
-        raise _fail(source, index, "reward", f"{value!r} is outside [0, 1]")
+        raise DataFormatError(source, index, field_name, f"{value!r} is outside [0, 1]")
     return float(value)
 
 
+def parse_metadata(
+    record: Mapping, source: str, index: int, *, env: str, agent: str, iteration: int | None
+) -> dict[str, object]:
+    """The `env`, `agent`, `iteration` and `sampling` fields (each falling back to the given default)."""
+    env_value = record.get("env", env)
+    if not isinstance(env_value, str):
+        raise DataFormatError(source, index, "env", f"expected a string, got {env_value!r}")
+    agent_value = record.get("agent", agent)
+    if agent_value not in AGENTS:
+        raise DataFormatError(source, index, "agent", f"expected one of {AGENTS}, got {agent_value!r}")
+    iteration_value = record.get("iteration", iteration)
+    if iteration_value is not None and (
+        isinstance(iteration_value, bool) or not isinstance(iteration_value, int) or iteration_value < 0
+    ):
+        raise DataFormatError(
+            source, index, "iteration", f"expected null or an int >= 0, got {iteration_value!r}"
+        )
+    sampling = record.get("sampling", {})
+    if not isinstance(sampling, Mapping) or not all(isinstance(k, str) for k in sampling):
+        raise DataFormatError(source, index, "sampling", f"expected an object, got {sampling!r}")
+    return {"env": env_value, "agent": agent_value, "iteration": iteration_value, "sampling": dict(sampling)}
+
+
+KNOWN_KEYS = frozenset(
+    {"id", "task_id", "env", "agent", "iteration", "reward", "prompt_len", "sampling", "conversations"}
+)
+
+
 def parse_record(
-    record: object, *, source: str = "<memory>", index: int = 0, default_reward: float | None = None
+    record: object,
+    *,
+    source: str = "<memory>",
+    index: int = 0,
+    default_reward: float | None = None,
+    env: str = "",
+    agent: str = "expert",
+    iteration: int | None = None,
 ) -> Trajectory:
-    """Validate one ETO conversation record and return it as a `Trajectory`."""
+    """Validate one trajectory record and return it as a `Trajectory` (`env`, `agent`, ... are defaults)."""
     if not isinstance(record, Mapping):
-        raise _fail(source, index, "<record>", f"expected an object, got {type(record).__name__}")
+        raise DataFormatError(source, index, "<record>", f"expected an object, got {type(record).__name__}")
     traj_id = _require_str(record, "id", source, index)
     task_id = _require_str(record, "task_id", source, index, default=traj_id)
-    traj_source = _require_str(record, "source", source, index, default="expert")
-    raw_messages = record.get("conversations")
-    if not isinstance(raw_messages, list) or not raw_messages:
-        raise _fail(source, index, "conversations", "expected a non-empty list of messages")
-    messages = tuple(
-        _parse_message(raw, source, index, f"conversations[{i}]") for i, raw in enumerate(raw_messages)
-    )
-    _check_turn_order(messages, source, index)
-    prompt_len = record.get("prompt_len", 1 + (messages[0].role == SYSTEM))
+    metadata = parse_metadata(record, source, index, env=env, agent=agent, iteration=iteration)
+    messages = parse_messages(record.get("conversations"), source, index)
+    prompt_len = record.get("prompt_len", default_prompt_len(messages))
     if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or not 1 <= prompt_len < len(messages):
-        raise _fail(
-            source, index, "prompt_len", f"expected an int in [1, {len(messages) - 1}], got {prompt_len!r}"
-        )
+        problem = f"expected an int in [1, {len(messages) - 1}], got {prompt_len!r}"
+        raise DataFormatError(source, index, "prompt_len", problem)
     if messages[prompt_len - 1].role != USER:
-        raise _fail(source, index, "prompt_len", "the prompt must end with a user turn")
-    reward = _parse_reward(record, source, index, default_reward)
-    known = {"id", "task_id", "source", "conversations", "prompt_len", "reward"}
-    extra = {k: v for k, v in record.items() if k not in known}
-    return Trajectory(traj_id, task_id, messages, reward, traj_source, prompt_len, extra)
+        raise DataFormatError(source, index, "prompt_len", "the prompt must end with a user turn")
+    reward = parse_reward(record.get("reward", default_reward), source, index)
+    extra = {k: v for k, v in record.items() if k not in KNOWN_KEYS}
+    return Trajectory(traj_id, task_id, messages, reward, prompt_len=prompt_len, extra=extra, **metadata)
+
+
+def parse_all(
+    records: object, parse_one: Callable[[object, int], Trajectory], *, source: str, skip_bad: bool
+) -> tuple[list[Trajectory], ReadReport]:
+    """Parse every record (ids must be unique); with `skip_bad`, collect errors instead of raising."""
+    if not isinstance(records, list):
+        raise DataFormatError(
+            source, -1, "<file>", f"expected a list of records, got {type(records).__name__}"
+        )
+    trajectories, errors, first_index = [], [], {}
+    for index, record in enumerate(records):
+        try:
+            if isinstance(record, DataFormatError):  # a JSON Lines line that did not parse
+                raise record
+            trajectory = parse_one(record, index)
+            if trajectory.traj_id in first_index:
+                problem = (
+                    f"duplicate id {trajectory.traj_id!r} (first at record {first_index[trajectory.traj_id]})"
+                )
+                raise DataFormatError(source, index, "id", problem)
+        except DataFormatError as err:
+            if not skip_bad:
+                raise
+            errors.append(err)
+            continue
+        first_index[trajectory.traj_id] = index
+        trajectories.append(trajectory)
+    report = ReadReport(source, len(records), tuple(errors))
+    if errors:
+        log.warning(
+            "%s: skipped %d bad record(s) of %d:\n%s",
+            source,
+            report.num_bad,
+            report.num_records,
+            "\n".join(str(e) for e in errors),
+        )
+    return trajectories, report
 
 
 def parse_records(
     records: object, *, source: str = "<memory>", default_reward: float | None = None
 ) -> list[Trajectory]:
-    """Parse a list of records; trajectory ids must be unique."""
-    if not isinstance(records, list):
-        raise _fail(source, -1, "<file>", f"expected a list of records, got {type(records).__name__}")
-    trajectories, seen = [], {}
-    for index, record in enumerate(records):
-        trajectory = parse_record(record, source=source, index=index, default_reward=default_reward)
-        if trajectory.traj_id in seen:
-            raise _fail(
-                source,
-                index,
-                "id",
-                f"duplicate id {trajectory.traj_id!r} (first at record {seen[trajectory.traj_id]})",
-            )
-        seen[trajectory.traj_id] = index
-        trajectories.append(trajectory)
-    return trajectories
+    """Parse a list of records strictly; trajectory ids must be unique."""
+    parse_one = lambda r, i: parse_record(r, source=source, index=i, default_reward=default_reward)
+    return parse_all(records, parse_one, source=source, skip_bad=False)[0]
 
 
 def _load_json_lines(path: str) -> list[object]:
-    records = []
+    """One entry per non-blank line; a line that is not JSON becomes a `DataFormatError` entry."""
+    records: list[object] = []
     with open(path, encoding="utf-8") as f:
         for line_number, line in enumerate(f):
             if not line.strip():
@@ -185,48 +328,83 @@ def _load_json_lines(path: str) -> list[object]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as err:
-                raise _fail(path, len(records), "<json>", f"line {line_number + 1}: {err.msg}") from err
+                records.append(
+                    DataFormatError(path, len(records), "<json>", f"line {line_number + 1}: {err.msg}")
+                )
     return records
 
 
-def load_json_records(path: str | os.PathLike[str]) -> list[object]:
-    """Raw JSON records from a `.json` (list) or `.jsonl` file, with the file named in any parse error."""
+def load_json_records(path: str | os.PathLike[str], *, strict: bool = True) -> list[object]:
+    """Raw JSON records from a `.json` (list) or `.jsonl` file, naming the file in any parse error.
+
+    With `strict=False`, JSON Lines lines that do not parse are returned as `DataFormatError` entries.
+    """
     path = os.fspath(path)
     if path.endswith(".jsonl"):
-        return _load_json_lines(path)
+        records = _load_json_lines(path)
+        bad = next((r for r in records if isinstance(r, DataFormatError)), None)
+        if strict and bad is not None:
+            raise bad
+        return records
     with open(path, encoding="utf-8") as f:
         try:
             return json.load(f)
         except json.JSONDecodeError as err:
-            raise _fail(path, -1, "<json>", f"line {err.lineno}: {err.msg}") from err
+            raise DataFormatError(path, -1, "<json>", f"line {err.lineno}: {err.msg}") from err
 
 
 def read_trajectories(
-    path: str | os.PathLike[str], *, default_reward: float | None = None
-) -> list[Trajectory]:
-    """Read and validate an ETO conversation file (`.json` list or `.jsonl`)."""
-    return parse_records(load_json_records(path), source=os.fspath(path), default_reward=default_reward)
+    path: str | os.PathLike[str],
+    *,
+    default_reward: float | None = None,
+    skip_bad: bool = False,
+    return_report: bool = False,
+    env: str = "",
+    agent: str = "expert",
+) -> list[Trajectory] | tuple[list[Trajectory], ReadReport]:
+    """Read and validate a trajectory file (`.json` list or `.jsonl`); `(trajectories, report)` on request."""
+    source = os.fspath(path)
+
+    def parse_one(record: object, index: int) -> Trajectory:
+        return parse_record(
+            record, source=source, index=index, default_reward=default_reward, env=env, agent=agent
+        )
+
+    records = load_json_records(source, strict=False)  # bad lines surface in record order
+    trajectories, report = parse_all(records, parse_one, source=source, skip_bad=skip_bad)
+    return (trajectories, report) if return_report else trajectories
+
+
+def messages_to_conversations(messages: Iterable[Message]) -> list[dict[str, str]]:
+    return [{"from": ETO_ROLE_NAMES[m.role], "value": m.content} for m in messages]
 
 
 def trajectory_to_record(trajectory: Trajectory) -> dict[str, object]:
-    """The ETO conversation record of a trajectory (`from`/`value` spelling); inverse of `parse_record`."""
+    """The full record of a trajectory (`from`/`value` spelling); inverse of `parse_record`."""
     return {
         "id": trajectory.traj_id,
         "task_id": trajectory.task_id,
+        "env": trajectory.env,
+        "agent": trajectory.agent,
+        "iteration": trajectory.iteration,
         "reward": trajectory.reward,
-        "source": trajectory.source,
         "prompt_len": trajectory.prompt_len,
-        "conversations": [{"from": ETO_ROLE_NAMES[m.role], "value": m.content} for m in trajectory.messages],
+        "sampling": dict(trajectory.sampling),
+        "conversations": messages_to_conversations(trajectory.messages),
         **dict(trajectory.extra),
     }
 
 
-def write_trajectories(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> None:
-    """Write ETO conversation records: JSON Lines for `.jsonl`, otherwise one indented JSON list."""
-    records = [trajectory_to_record(t) for t in trajectories]
+def write_json_records(path: str | os.PathLike[str], records: Iterable[Mapping[str, object]]) -> None:
+    """JSON Lines for `.jsonl`, otherwise one indented JSON list; UTF-8, floats written exactly (repr)."""
     with open(path, "w", encoding="utf-8") as f:
         if os.fspath(path).endswith(".jsonl"):
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         else:
-            json.dump(records, f, ensure_ascii=False, indent=1)
+            json.dump(list(records), f, ensure_ascii=False, indent=1)
             f.write("\n")
+
+
+def write_trajectories(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> None:
+    """Write full trajectory records; `read_trajectories` gives back equal trajectories (extra included)."""
+    write_json_records(path, (trajectory_to_record(t) for t in trajectories))

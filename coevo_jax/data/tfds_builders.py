@@ -2,14 +2,16 @@
 
 `GeneratorBasedBuilder` with `file_format="array_record"` writes and `as_data_source()` /
 `tfds.data_source(...)` / `tfds.builder_from_directory(...)` read random-access `ArrayRecordDataSource`s in
-plain NumPy/bytes; TensorFlow is never imported (it is not a dependency of this project).
+plain NumPy/bytes; TensorFlow is never imported (it is not a dependency of this project). tfds itself needs
+`importlib_resources` (a project dependency) and builder classes that live in an importable package, which is
+why they are here in `coevo_jax.data` rather than in a script.
 
 The builders take their records in the constructor (they are produced by our own rollouts, there is nothing
 to download), write one split per entry of `splits`, and keep insertion order (shuffling disabled), so
 record i of a split is the i-th trajectory / pair given. Text comes back as bytes; `decode_trajectory` and
 `decode_pair` turn rows into `Trajectory` / `PreferencePair` again.
 
-    write_trajectories_dataset({"train": trajs}, data_dir)      # -> <data_dir>/coevo_trajectories/1.0.0
+    write_trajectories_dataset({"train": trajs}, data_dir)      # -> <data_dir>/coevo_trajectories/1.1.0
     source = tfds.data_source("coevo_trajectories", data_dir=data_dir, split="train")
     trajectories = [decode_trajectory(source[i]) for i in range(len(source))]
 """
@@ -34,12 +36,15 @@ def trajectory_features() -> tfds.features.FeaturesDict:
         {
             "traj_id": tfds.features.Text(),
             "task_id": tfds.features.Text(),
-            "source": tfds.features.Text(),
+            "env": tfds.features.Text(),
+            "agent": tfds.features.Text(),
+            "iteration": np.int32,  # -1 for None (expert data)
             "reward": np.float32,  # for numeric filtering; tf.Example stores floats as float32
             "reward_repr": tfds.features.Text(),  # the exact float64 value, which decoding uses
             "prompt_len": np.int32,
             "roles": tfds.features.Sequence(tfds.features.Text()),
             "contents": tfds.features.Sequence(tfds.features.Text()),
+            "sampling_json": tfds.features.Text(),
             "extra_json": tfds.features.Text(),
         }
     )
@@ -49,12 +54,15 @@ def encode_trajectory(trajectory: Trajectory) -> dict[str, object]:
     return {
         "traj_id": trajectory.traj_id,
         "task_id": trajectory.task_id,
-        "source": trajectory.source,
+        "env": trajectory.env,
+        "agent": trajectory.agent,
+        "iteration": np.int32(-1 if trajectory.iteration is None else trajectory.iteration),
         "reward": np.float32(trajectory.reward),
         "reward_repr": repr(float(trajectory.reward)),
         "prompt_len": np.int32(trajectory.prompt_len),
         "roles": [m.role for m in trajectory.messages],
         "contents": [m.content for m in trajectory.messages],
+        "sampling_json": json.dumps(dict(trajectory.sampling), ensure_ascii=False),
         "extra_json": json.dumps(dict(trajectory.extra), ensure_ascii=False, sort_keys=True),
     }
 
@@ -69,13 +77,17 @@ def decode_trajectory(row: Mapping[str, object]) -> Trajectory:
         Message(_text(role), _text(content))
         for role, content in zip(row["roles"], row["contents"], strict=True)
     )
+    iteration = int(row["iteration"])
     return Trajectory(
         traj_id=_text(row["traj_id"]),
         task_id=_text(row["task_id"]),
         messages=messages,
         reward=float(_text(row["reward_repr"])),
-        source=_text(row["source"]),
+        agent=_text(row["agent"]),
         prompt_len=int(row["prompt_len"]),
+        env=_text(row["env"]),
+        iteration=None if iteration < 0 else iteration,
+        sampling=json.loads(_text(row["sampling_json"])),
         extra=json.loads(_text(row["extra_json"])),
     )
 
@@ -88,6 +100,8 @@ def pair_features() -> tfds.features.FeaturesDict:
             "kind": tfds.features.Text(),
             "lambda_dpo": np.float32,
             "lambda_sft": np.float32,
+            "lambdas_repr": tfds.features.Text(),  # exact "(lambda_dpo, lambda_sft)", which decoding uses
+            "hard_negative": np.bool_,
             "chosen": trajectory_features(),
             "rejected": trajectory_features(),
         }
@@ -101,19 +115,23 @@ def encode_pair(pair: PreferencePair) -> dict[str, object]:
         "kind": pair.kind,
         "lambda_dpo": np.float32(pair.lambda_dpo),
         "lambda_sft": np.float32(pair.lambda_sft),
+        "lambdas_repr": json.dumps([float(pair.lambda_dpo), float(pair.lambda_sft)]),
+        "hard_negative": bool(pair.hard_negative),
         "chosen": encode_trajectory(pair.chosen),
         "rejected": encode_trajectory(pair.rejected),
     }
 
 
 def decode_pair(row: Mapping[str, object]) -> PreferencePair:
+    lambda_dpo, lambda_sft = json.loads(_text(row["lambdas_repr"]))
     return PreferencePair(
         task_id=_text(row["task_id"]),
         chosen=decode_trajectory(row["chosen"]),
         rejected=decode_trajectory(row["rejected"]),
         kind=_text(row["kind"]),
-        lambda_dpo=float(row["lambda_dpo"]),
-        lambda_sft=float(row["lambda_sft"]),
+        lambda_dpo=lambda_dpo,
+        lambda_sft=lambda_sft,
+        hard_negative=bool(row["hard_negative"]),
     )
 
 
@@ -147,10 +165,10 @@ class _InMemoryBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
 
 class CoevoTrajectories(_InMemoryBuilder):
-    """Agent trajectories (ETO conversation records with reward, source and prompt length)."""
+    """Agent trajectories (conversation records with env, agent, iteration, reward, prompt length, sampling)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "First release.", "1.1.0": "env, agent (was source), iteration, sampling."}
 
     def _features(self):
         return trajectory_features()
@@ -162,8 +180,8 @@ class CoevoTrajectories(_InMemoryBuilder):
 class CoevoPreferencePairs(_InMemoryBuilder):
     """Preference pairs (eq. 6 / eq. 8 / ETO) with both trajectories and the eq. 9 weights."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "First release.", "1.1.0": "Trajectory metadata; hard_negative; exact lambdas."}
 
     def _features(self):
         return pair_features()

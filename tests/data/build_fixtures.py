@@ -3,9 +3,11 @@
 * eto_icl/*: verbatim copies of ETO's in-context examples and instruction turns (Yifan-Song793/ETO).
 * intercode/ic_sql_gpt-4_sample.json: 7 verbatim GPT-4 episodes from InterCode-SQL (princeton-nlp/intercode,
   MIT; Spider content CC BY-SA 4.0), picked for variety: 1, 5 and 10 turns; rewards 1.0, 0.67, 0.25, 0.0, 0.
-* eto_records.jsonl: the above converted to ETO conversation records by coevo_jax.data.converters.
+* eto_records.jsonl: the above converted to trajectory records (ETO's prompt layout) by coevo_jax.data.converters.
+* eto_conversations.json: the same trajectories in ETO's own conversation format (`id`, `conversations`,
+  `reward`), as ETO / FastChat users would bring them.
 
-    python tests/data/build_fixtures.py [/work/shared/data]
+    PYTHONPATH=. python tests/data/build_fixtures.py [/work/shared/data]
 """
 
 import json
@@ -14,6 +16,7 @@ import shutil
 import sys
 
 from coevo_jax.data.converters import read_icl_examples, read_intercode_trajectories
+from coevo_jax.data.formats import write_eto_conversations
 from coevo_jax.data.records import write_trajectories
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +47,7 @@ def main(shared: str) -> None:
         )
     trajectories += read_intercode_trajectories(sample_path)
     write_trajectories(os.path.join(HERE, "eto_records.jsonl"), trajectories)
+    write_eto_conversations(os.path.join(HERE, "eto_conversations.json"), trajectories)
 
 
 if __name__ == "__main__":
