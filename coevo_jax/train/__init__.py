@@ -1,0 +1,37 @@
+"""Training of the two co-evolving policies: state, optimizer, objectives (eq. 5, 7, 9), jitted steps."""
+
+from coevo_jax.train.objectives import ObjectiveConfig
+from coevo_jax.train.optim import OptimizerConfig, dpo_config, eto_sft_config, make_optimizer, make_schedule
+from coevo_jax.train.reference import attach_reference, reference_logprobs
+from coevo_jax.train.state import (
+    TrainState,
+    abstract_model,
+    abstract_state,
+    init_train_state,
+    load_sharded,
+    sharded_place,
+    state_shardings,
+    train_state_from_params,
+)
+from coevo_jax.train.steps import PolicySteps, build_steps
+
+__all__ = [
+    "ObjectiveConfig",
+    "OptimizerConfig",
+    "PolicySteps",
+    "TrainState",
+    "abstract_model",
+    "abstract_state",
+    "attach_reference",
+    "build_steps",
+    "dpo_config",
+    "eto_sft_config",
+    "init_train_state",
+    "load_sharded",
+    "make_optimizer",
+    "make_schedule",
+    "reference_logprobs",
+    "sharded_place",
+    "state_shardings",
+    "train_state_from_params",
+]

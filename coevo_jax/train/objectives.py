@@ -1,0 +1,105 @@
+"""Per-micro-batch objectives of the three training phases, built only from `coevo_jax.losses`.
+
+* `sft_objective`: eq. 5, behavioural cloning on expert trajectories;
+* `failure_dpo_objective`: eq. 7, plain DPO of the failure agent on failure-failure pairs;
+* `target_objective`: eq. 9, per-pair weighted DPO plus auxiliary SFT on the chosen side (target agent).
+
+Each returns (this micro-batch's share of the batch loss, metric sums). The share is a *sum* over the
+micro-batch divided by the whole batch's normaliser (action tokens for eq. 5, valid pairs for eq. 7/9), so
+adding the shares and their gradients over micro-batches gives exactly the full-batch mean.
+
+Batches are in device layout (`coevo_jax.sharding.device_layout`), one micro-batch at a time: sequence
+entries [R, L]; DPO rows are pair-interleaved (chosen_0, rejected_0, chosen_1, ...), per-pair entries [P].
+Log-probs come from hidden states a chunk of tokens at a time (never [R, L, V] logits at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from coevo_jax import losses
+from coevo_jax.models import Decoder
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveConfig:
+    """Static loss settings: DPO beta, eq. 9 SFT normalisation, log-prob chunk length (tokens per row)."""
+
+    beta: float = 0.1
+    sft_per_token: bool = True
+    logprob_chunk_size: int = 1024
+
+
+def token_logprobs(model: Decoder, batch: dict, chunk_size: int) -> jax.Array:
+    """log pi(targets | prefix) per position, [R, L] float32, memory-lean per row."""
+    hidden_RxLxD = model.hidden_states(batch["input_ids"], batch["attention_mask"])
+    unembed_DxV = model.unembedding
+    chunk = min(chunk_size, hidden_RxLxD.shape[1])
+
+    def one_row(hidden_LxD, targets_L):
+        return losses.token_logprobs_from_hidden(hidden_LxD[None], unembed_DxV, targets_L[None], chunk)[0]
+
+    # vmap keeps rows (and their sharding) as the outer axis; the chunk scan runs along each row.
+    return jax.vmap(one_row)(hidden_RxLxD, batch["targets"])
+
+
+def pair_logprobs(model: Decoder, batch: dict, chunk_size: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(chosen, rejected) sequence log-probs [P] (eq. 2/4) and chosen action-token counts [P]."""
+    seq_logps_R = losses.masked_sum(token_logprobs(model, batch, chunk_size), batch["loss_mask"])
+    pairs_Px2 = seq_logps_R.reshape(-1, 2)
+    token_counts_Px2 = jnp.sum(batch["loss_mask"].astype(jnp.float32), axis=-1).reshape(-1, 2)
+    return pairs_Px2[:, 0], pairs_Px2[:, 1], token_counts_Px2[:, 0]
+
+
+def sft_objective(model: Decoder, batch: dict, total_tokens: jax.Array, cfg: ObjectiveConfig):
+    """Eq. 5: summed action-token NLL of the micro-batch / action tokens of the whole batch."""
+    terms = losses.sft_terms_from_token_logprobs(
+        token_logprobs(model, batch, cfg.logprob_chunk_size), batch["loss_mask"]
+    )
+    return terms.nll_sum / total_tokens, {"nll_sum": terms.nll_sum, "token_count": terms.token_count}
+
+
+def _pair_sums(dpo: losses.DPOOutput, chosen, rejected, mask) -> dict[str, jax.Array]:
+    masked = lambda x: jnp.sum(jnp.where(mask > 0, x, 0.0))
+    return {
+        "dpo_loss_sum": masked(dpo.losses),
+        "reward_accuracy_sum": masked(dpo.reward_accuracies),
+        "reward_margin_sum": masked(dpo.reward_margins),
+        "chosen_reward_sum": masked(dpo.chosen_rewards),
+        "rejected_reward_sum": masked(dpo.rejected_rewards),
+        "chosen_logps_sum": masked(jax.lax.stop_gradient(chosen)),
+        "rejected_logps_sum": masked(jax.lax.stop_gradient(rejected)),
+        "pair_count": jnp.sum(mask.astype(jnp.float32)),
+    }
+
+
+def failure_dpo_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig):
+    """Eq. 7: DPO against cached reference log-probs, summed over valid pairs / valid pairs of the batch."""
+    chosen, rejected, _ = pair_logprobs(model, batch, cfg.logprob_chunk_size)
+    dpo = losses.dpo_loss(chosen, rejected, batch["ref_chosen_logps"], batch["ref_rejected_logps"], cfg.beta)
+    sums = _pair_sums(dpo, chosen, rejected, batch["pair_mask"])
+    return sums["dpo_loss_sum"] / total_pairs, sums
+
+
+def target_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig):
+    """Eq. 9: lambda_dpo * DPO + lambda_sft * chosen NLL per pair, summed / valid pairs of the batch."""
+    chosen, rejected, chosen_counts = pair_logprobs(model, batch, cfg.logprob_chunk_size)
+    out = losses.coevo_loss(
+        chosen,
+        rejected,
+        batch["ref_chosen_logps"],
+        batch["ref_rejected_logps"],
+        chosen_counts,
+        batch["lambda_dpo"],
+        batch["lambda_sft"],
+        cfg.beta,
+        pair_mask=batch["pair_mask"],
+        sft_per_token=cfg.sft_per_token,
+    )
+    sums = _pair_sums(out.dpo, chosen, rejected, batch["pair_mask"])
+    sums["sft_nll_sum"] = jnp.sum(jnp.where(batch["pair_mask"] > 0, out.sft_nll, 0.0))
+    sums["target_loss_sum"] = jax.lax.stop_gradient(out.loss_sum)
+    return out.loss_sum / total_pairs, sums

@@ -1,0 +1,41 @@
+"""Reference log-probs of eq. 7/9, computed once per DPO phase and stored with the batches.
+
+The reference policy is the policy as it stands when a phase starts, so instead of keeping a frozen copy
+of its parameters on device, each pair's log pi_ref(chosen|u) and log pi_ref(rejected|u) are computed by
+one forward pass before the first update and carried in the batch (`ref_chosen_logps`,
+`ref_rejected_logps`); the DPO steps then run forward/backward of the policy only.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+from jax.sharding import Mesh
+
+from coevo_jax.sharding import ShardingRules, activation_context
+from coevo_jax.train.objectives import ObjectiveConfig, pair_logprobs
+from coevo_jax.train.state import bind
+
+
+def reference_logprobs(
+    params: dict,
+    batch: dict,
+    *,
+    graphdef: nnx.GraphDef,
+    cfg: ObjectiveConfig,
+    mesh: Mesh,
+    rules: ShardingRules,
+) -> tuple[jax.Array, jax.Array]:
+    """(chosen, rejected) sequence log-probs [K, P] of a device-layout DPO batch, no gradient."""
+    params = jax.lax.stop_gradient(params)
+    with activation_context(mesh, rules):
+        model = bind(graphdef, params)
+        chosen, rejected = jax.lax.map(
+            lambda micro_batch: pair_logprobs(model, micro_batch, cfg.logprob_chunk_size)[:2], batch
+        )
+    return chosen, rejected
+
+
+def attach_reference(batch: dict, chosen: jax.Array, rejected: jax.Array) -> dict:
+    """The batch with its reference log-probs added (the inputs are not modified)."""
+    return {**batch, "ref_chosen_logps": chosen, "ref_rejected_logps": rejected}

@@ -1,0 +1,151 @@
+"""Train state of one policy and its creation directly into shardings (never whole on one device).
+
+A policy is a static NNX `GraphDef` (kept outside any pytree) plus a `TrainState` pytree: step counter,
+parameters as a pure nested dict (what `nnx.merge(graphdef, params)` takes) and the optax state. Shapes
+come first (`jax.eval_shape`), shardings follow from the logical-axis rules, and the state is built by a
+jitted initializer with those `out_shardings`, or loaded tensor by tensor through `load_pretrained`'s
+`place` callback.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from coevo_jax.models import Decoder, ModelConfig, load_pretrained
+from coevo_jax.sharding import ShardingRules, checked_sharding, param_shardings, replicated
+
+
+@flax.struct.dataclass
+class TrainState:
+    """One policy's trainable state: `step` (int32 scalar), `params` (pure dict), `opt_state` (optax)."""
+
+    step: jax.Array
+    params: dict
+    opt_state: optax.OptState
+
+
+def abstract_model(model_cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graphdef, abstract parameter state with logical-axis metadata) without allocating anything."""
+    return nnx.split(nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))))
+
+
+def bind(graphdef: nnx.GraphDef, params: dict) -> Decoder:
+    """The decoder with these parameters (cheap: used inside traced steps)."""
+    return nnx.merge(graphdef, params)
+
+
+def opt_state_shardings(tx: optax.GradientTransformation, params_shardings: dict, abstract_params, mesh):
+    """Optimizer-state shardings: moments like their parameters, everything else (counts) replicated."""
+    abstract_opt = jax.eval_shape(tx.init, abstract_params)
+    return optax.tree_utils.tree_map_params(
+        tx,
+        lambda _, sharding: sharding,
+        abstract_opt,
+        params_shardings,
+        transform_non_params=lambda _: replicated(mesh),
+    )
+
+
+def state_shardings(
+    model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh, rules: ShardingRules
+) -> TrainState:
+    """A `TrainState` of NamedShardings; raises ValueError naming a parameter whose dims do not divide."""
+    _, abstract = abstract_model(model_cfg)
+    params_sh = param_shardings(abstract, mesh, rules)
+    abstract_params = abstract_params_of(model_cfg)
+    return TrainState(
+        step=replicated(mesh),
+        params=params_sh,
+        opt_state=opt_state_shardings(tx, params_sh, abstract_params, mesh),
+    )
+
+
+def abstract_params_of(model_cfg: ModelConfig) -> dict:
+    """Pure dict of ShapeDtypeStructs of the parameters."""
+    return nnx.to_pure_dict(abstract_model(model_cfg)[1])
+
+
+def abstract_state(shardings: TrainState, model_cfg: ModelConfig, tx) -> TrainState:
+    """ShapeDtypeStructs (with shardings) of a whole TrainState: the restore target of a checkpoint."""
+    params = abstract_params_of(model_cfg)
+    shapes = TrainState(
+        step=jax.ShapeDtypeStruct((), jnp.int32), params=params, opt_state=jax.eval_shape(tx.init, params)
+    )
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+
+
+def _init_params(model_cfg: ModelConfig, key: jax.Array) -> dict:
+    return nnx.to_pure_dict(nnx.state(Decoder(model_cfg, rngs=nnx.Rngs(params=key)), nnx.Param))
+
+
+_JITTED_INITS: dict = {}
+
+
+def _jitted_once(kind: str, build, model_cfg, tx, shardings: TrainState):
+    """One jitted initializer per (kind, config, optimizer, shardings): both policies share its compile."""
+    leaves, treedef = jax.tree.flatten(shardings)
+    key = (kind, model_cfg, tx, treedef, tuple(leaves))
+    if key not in _JITTED_INITS:
+        donate = (0,) if kind == "wrap" else ()  # wrapping loaded params must not copy them
+        _JITTED_INITS[key] = jax.jit(build(model_cfg, tx), out_shardings=shardings, donate_argnums=donate)
+    return _JITTED_INITS[key]
+
+
+def _fresh_init(model_cfg: ModelConfig, tx):
+    def init(key):
+        params = _init_params(model_cfg, key)
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+    return init
+
+
+def _wrap_params(model_cfg: ModelConfig, tx):
+    del model_cfg
+
+    def init(params):
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+    return init
+
+
+def init_train_state(
+    model_cfg: ModelConfig, tx: optax.GradientTransformation, shardings: TrainState, key: jax.Array
+) -> TrainState:
+    """A freshly initialised state, each array created directly in its sharding."""
+    return _jitted_once("fresh", _fresh_init, model_cfg, tx, shardings)(key)
+
+
+def train_state_from_params(
+    params: dict, tx: optax.GradientTransformation, shardings: TrainState
+) -> TrainState:
+    """A step-0 state around existing (already placed) parameters, which it takes over (donated)."""
+    return _jitted_once("wrap", _wrap_params, None, tx, shardings)(params)
+
+
+def sharded_place(mesh: Mesh, rules: ShardingRules):
+    """A `load_pretrained` `place` callback putting each tensor straight into its sharding.
+
+    Uses `make_array_from_callback`, so on several hosts each process only copies its own shards.
+    """
+
+    def place(name: str, value: np.ndarray, logical_axes: tuple[str, ...]) -> jax.Array:
+        sharding: NamedSharding = checked_sharding(name, value.shape, logical_axes, mesh, rules.params)
+        return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+    return place
+
+
+def load_sharded(path: str, mesh: Mesh, rules: ShardingRules, *, dtype=None, param_dtype=None, remat=None):
+    """(model config, graphdef, params dict, tokenizer) of an HF directory or GGUF file, loaded sharded."""
+    model, tokenizer = load_pretrained(
+        path, dtype=dtype, param_dtype=param_dtype, place=sharded_place(mesh, rules)
+    )
+    cfg = model.config if remat is None else model.config.replace(remat=remat)
+    graphdef, _ = abstract_model(cfg)
+    return cfg, graphdef, nnx.to_pure_dict(nnx.state(model, nnx.Param)), tokenizer

@@ -1,0 +1,90 @@
+"""Mesh construction, logical-axis rules, FSDP parameter placement and the device batch layout."""
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+from train_fixtures import MESHES, TINY, dpo_batch, mesh_of, setup, sft_batch
+
+from coevo_jax import sharding
+from coevo_jax.train.state import abstract_model, init_train_state
+
+
+def test_eight_fake_devices():
+    assert jax.device_count() == 8
+
+
+def test_mesh_config_fills_the_free_axis_and_rejects_misfits():
+    cfg = sharding.MeshConfig.from_mapping(ml_collections.ConfigDict({"axes": [["data", -1], ["fsdp", 2]]}))
+    assert cfg.shape(8) == (4, 2)
+    assert dict(sharding.make_mesh(cfg).shape) == {"data": 4, "fsdp": 2}
+    with pytest.raises(ValueError, match="do not fit 8 devices"):
+        sharding.MeshConfig(axes=(("data", 3), ("fsdp", -1))).shape(8)
+    with pytest.raises(ValueError, match="at most one"):
+        sharding.MeshConfig(axes=(("data", -1), ("fsdp", -1)))
+
+
+def test_default_rules_shard_weights_fsdp_and_tensor():
+    mesh = mesh_of(MESHES["cube2"])
+    _, abstract = abstract_model(TINY)
+    specs = jax.tree.map(lambda s: s.spec, sharding.param_shardings(abstract, mesh, sharding.ShardingRules()))
+    assert specs["embed"] == P("tensor", "fsdp")
+    assert specs["lm_head"] == P("fsdp", "tensor")
+    assert specs["layers"][0]["attn"]["q_kernel"] == P("fsdp", "tensor", None)
+    assert specs["layers"][0]["attn"]["o_kernel"] == P("tensor", None, "fsdp")
+    assert specs["layers"][0]["mlp"]["down_kernel"] == P("tensor", "fsdp")
+    assert specs["final_norm"]["scale"] == P(None)
+
+
+def test_indivisible_dimension_is_an_error_naming_the_parameter():
+    mesh = mesh_of((("data", 1), ("fsdp", 1), ("tensor", 8)))  # 2 kv heads cannot split 8 ways
+    _, abstract = abstract_model(TINY)
+    with pytest.raises(ValueError, match=r"layers/0/attn/k_kernel.*kv_heads=2"):
+        sharding.param_shardings(abstract, mesh, sharding.ShardingRules())
+
+
+def _bytes_on_device(tree, device) -> int:
+    return sum(
+        shard.data.nbytes
+        for leaf in jax.tree.leaves(tree)
+        for shard in leaf.addressable_shards
+        if shard.device == device
+    )
+
+
+def test_fsdp_shrinks_per_device_state_bytes():
+    mesh = mesh_of((("data", 1), ("fsdp", 8), ("tensor", 1)))
+    _, shardings, _, tx, _ = setup(mesh)
+    state = init_train_state(TINY, tx, shardings, jax.random.key(0))
+    total = sum(leaf.nbytes for leaf in jax.tree.leaves(state))
+    per_device = [_bytes_on_device(state, d) for d in jax.devices()]
+    # Only norm scales and scalars stay replicated: well under 1/8 + 5% of the whole state per device.
+    assert max(per_device) < total * (1 / 8 + 0.05)
+    assert max(per_device) > total / 8 * 0.99
+
+
+def test_dpo_device_layout_interleaves_pairs_and_splits_micro_batches():
+    batch = dpo_batch(0, pairs_per_batch=4)
+    layout = sharding.device_layout(batch, num_microbatches=2)
+    assert layout["input_ids"].shape == (2, 4, 32) and layout["pair_mask"].shape == (2, 2)
+    # Micro-batch 1 holds pairs 2 and 3, each chosen row directly followed by its rejected row.
+    np.testing.assert_array_equal(layout["input_ids"][1, 0], batch["input_ids"][2])
+    np.testing.assert_array_equal(layout["input_ids"][1, 1], batch["input_ids"][4 + 2])
+    np.testing.assert_array_equal(layout["lambda_dpo"][1], batch["lambda_dpo"][2:])
+
+
+def test_sft_layout_and_placement_shard_rows():
+    mesh = mesh_of(MESHES["data2_fsdp4"])
+    rules = sharding.ShardingRules()
+    placed = sharding.place_batch(sharding.device_layout(sft_batch(0, rows=16), 2), mesh, rules)
+    assert placed["input_ids"].shape == (2, 8, 32)
+    assert placed["input_ids"].sharding.spec == P(None, ("data", "fsdp"), None)
+    assert placed["input_ids"].addressable_shards[0].data.shape == (2, 1, 32)
+    with pytest.raises(ValueError, match="do not divide the 8 shards"):
+        sharding.place_batch(sharding.device_layout(sft_batch(0, rows=8), 2), mesh, rules)
+
+
+def test_distributed_initialisation_only_when_asked():
+    assert sharding.maybe_initialize_distributed({}) is False
+    assert sharding.maybe_initialize_distributed({sharding.DISTRIBUTED_ENV: "0"}) is False

@@ -1,0 +1,140 @@
+"""Train steps: sharded == single device, exact gradient accumulation, one compile per bucket, learning.
+
+All on the tiny model and 8 fake CPU devices, float32 throughout.
+"""
+
+import jax
+import numpy as np
+import pytest
+from train_fixtures import (
+    MESHES,
+    OPT,
+    dpo_batch,
+    fresh_state,
+    mesh_of,
+    placed,
+    setup,
+    sft_batch,
+    single_mesh,
+    to_numpy,
+    with_reference,
+)
+
+from coevo_jax.train import OptimizerConfig
+
+GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
+# Adam's first update is lr * g / (|g| + eps): float32 round-off in a near-zero gradient moves a parameter by
+# up to ~lr * 1e-3 = 1e-6 .. 1e-5, hence an absolute tolerance of 1e-5 on updated parameters.
+PARAM_TOL = dict(rtol=1e-5, atol=1e-5)
+# The fast set checks the mesh that uses all three axes; the others run with the slow marker.
+MESH_CASES = [pytest.param(name, marks=() if name == "cube2" else pytest.mark.slow) for name in MESHES]
+
+
+def _assert_trees_close(actual, expected, **tol):
+    jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, **tol), actual, expected)
+
+
+def _assert_same_update(results, expected_results):
+    for kind, (params, metrics) in results.items():
+        expected_params, expected_metrics = expected_results[kind]
+        np.testing.assert_allclose(metrics["loss"], expected_metrics["loss"], rtol=1e-5, err_msg=kind)
+        _assert_trees_close(metrics["grads"], expected_metrics["grads"], **GRAD_TOL, err_msg=kind)
+        _assert_trees_close(params, expected_params, **PARAM_TOL, err_msg=kind)
+
+
+def _run_all(mesh, steps, shardings, rules, num_microbatches=1, kinds=("target", "failure_dpo")):
+    """Params and metrics after one SFT step (eq. 5), then one target (eq. 9) and one failure DPO (eq. 7) step."""
+    out = {}
+    sft_b = placed(sft_batch(0, rows=16, real=13), mesh, rules, num_microbatches)
+    state, metrics = steps.sft(fresh_state(shardings), sft_b)
+    out["sft"] = to_numpy((state.params, metrics))
+    for kind in kinds:
+        state = fresh_state(shardings)
+        dpo_b = with_reference(steps, state, placed(dpo_batch(1, real=7), mesh, rules, num_microbatches))
+        # Move the policy away from its reference first, so DPO gradients are not at their symmetric point.
+        state, _ = steps.sft(state, sft_b)
+        state, metrics = getattr(steps, kind)(state, dpo_b)
+        out[kind] = to_numpy((state.params, metrics))
+    return out
+
+
+@pytest.fixture(scope="module")
+def single():
+    """Single-device steps shared by the tests of this module (so compiled programs are reused)."""
+    mesh = single_mesh()
+    _, shardings, steps, _, rules = setup(mesh, return_grads=True)
+    return mesh, shardings, steps, rules
+
+
+@pytest.fixture(scope="module")
+def single_device_results(single):
+    mesh, shardings, steps, rules = single
+    return _run_all(mesh, steps, shardings, rules)
+
+
+@pytest.mark.parametrize("mesh_name", MESH_CASES)
+def test_sharded_steps_match_single_device(mesh_name, single_device_results):
+    mesh = mesh_of(MESHES[mesh_name])
+    _, shardings, steps, _, rules = setup(mesh, return_grads=True)
+    _assert_same_update(_run_all(mesh, steps, shardings, rules), single_device_results)
+
+
+def test_micro_batches_accumulate_to_the_full_batch_update(single, single_device_results):
+    mesh, shardings, steps, rules = single
+    accumulated = _run_all(mesh, steps, shardings, rules, num_microbatches=2, kinds=("target",))
+    _assert_same_update(accumulated, single_device_results)
+
+
+def test_metrics_are_device_scalars(single_device_results):
+    _, metrics = single_device_results["target"]
+    for name in ("loss", "reward_accuracy", "reward_margin", "chosen_logps", "rejected_logps", "grad_norm"):
+        assert np.shape(metrics[name]) == ()
+    assert metrics["learning_rate"] == pytest.approx(OPT.learning_rate)
+    assert metrics["pairs"] == 7 and metrics["tokens"] > 0
+
+
+def test_sft_lowers_the_loss_with_one_compile_per_bucket():
+    mesh = single_mesh()
+    _, shardings, steps, _, rules = setup(mesh, opt=OptimizerConfig(learning_rate=3e-3))
+    batches = [placed(sft_batch(seed, length=length), mesh, rules) for seed, length in ((0, 16), (1, 32))]
+    state = fresh_state(shardings)
+    losses = []
+    for _ in range(6):
+        for batch in batches:
+            state, metrics = steps.sft(state, batch)
+            losses.append(float(metrics["loss"]))
+    assert steps.sft.compilations == 2
+    assert losses[-1] < losses[1] - 0.5 and losses[-2] < losses[0] - 0.5
+
+
+def test_dpo_raises_reward_accuracy_and_leaves_the_reference_alone(single):
+    mesh, shardings, steps, rules = single
+    state = fresh_state(shardings)
+    initial_params = to_numpy(state.params)
+    batch = with_reference(steps, state, placed(dpo_batch(3, real=7), mesh, rules))
+    cached = to_numpy((batch["ref_chosen_logps"], batch["ref_rejected_logps"]))
+    accuracies = []
+    for _ in range(8):
+        state, metrics = steps.failure_dpo(state, batch)
+        accuracies.append(float(metrics["reward_accuracy"]))
+    assert accuracies[0] == 0.0 and accuracies[-1] == 1.0 and float(metrics["reward_margin"]) > 0
+    # The policy moved; the cached reference log-probs did not, and they still are the initial policy's.
+    moved = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - b).max(), state.params, initial_params)
+    assert min(jax.tree.leaves(moved)) > 0
+    _assert_trees_close(
+        to_numpy((batch["ref_chosen_logps"], batch["ref_rejected_logps"])), cached, rtol=0, atol=0
+    )
+    recomputed = steps.reference(jax.device_put(initial_params, shardings.params), batch)
+    _assert_trees_close(to_numpy(recomputed), cached)
+
+
+def test_target_step_with_failure_weights_is_plain_dpo(single):
+    """Eq. 9 with (lambda_dpo, lambda_sft) = (1, 0) on every pair is eq. 7."""
+    mesh, shardings, steps, rules = single
+    raw = dpo_batch(1, real=7)
+    raw["lambda_dpo"], raw["lambda_sft"] = raw["pair_mask"].copy(), 0.0 * raw["pair_mask"]
+    batch = with_reference(steps, fresh_state(shardings), placed(raw, mesh, rules))
+    target_state, target_metrics = steps.target(fresh_state(shardings), batch)
+    dpo_state, dpo_metrics = steps.failure_dpo(fresh_state(shardings), batch)
+    np.testing.assert_allclose(target_metrics["loss"], dpo_metrics["loss"], rtol=1e-6)
+    _assert_trees_close(to_numpy(target_state.params), to_numpy(dpo_state.params), **PARAM_TOL)
