@@ -1,0 +1,98 @@
+"""Orbax checkpoints of both policies restored onto another mesh, and Hugging Face export / sharded load."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from train_fixtures import MESHES, TINY, fresh_state, mesh_of, placed, setup, sft_batch, to_numpy
+
+from coevo_jax import checkpoints
+from coevo_jax.models import load_pretrained
+from coevo_jax.train.policies import CoevoState
+from coevo_jax.train.state import load_sharded, train_state_from_params
+
+
+def _coevo(shardings) -> CoevoState:
+    rng = jax.random.key_data(jax.random.key(42))
+    return CoevoState(target=fresh_state(shardings), failure=fresh_state(shardings, seed=1), rng=rng)
+
+
+def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
+    mesh_a, mesh_b = mesh_of(MESHES["data2_fsdp4"]), mesh_of(MESHES["fsdp4_tensor2"])
+    _, shardings_a, steps_a, tx, rules = setup(mesh_a)
+    _, shardings_b, steps_b, _, _ = setup(mesh_b)
+    batches = [sft_batch(seed, rows=16) for seed in range(3)]
+
+    state = _coevo(shardings_a)
+    for batch in batches[:2]:
+        target, _ = steps_a.sft(state.target, placed(batch, mesh_a, rules))
+        state = state.replace(target=target)
+    manager = checkpoints.make_manager(tmp_path / "ckpt")
+    position = checkpoints.LoopPosition(iteration=1, phase="target", step=2)
+    checkpoints.save(manager, 2, state, position)
+    manager.wait_until_finished()
+    saved = to_numpy(state)
+
+    uninterrupted, metrics_a = steps_a.sft(state.target, placed(batches[2], mesh_a, rules))
+
+    target = checkpoints.abstract_coevo_state(TINY, tx, shardings_b)
+    restored, restored_position = checkpoints.restore(checkpoints.make_manager(tmp_path / "ckpt"), target)
+    assert restored_position == position
+    assert restored.target.params["embed"].sharding == shardings_b.params["embed"]
+    jax.tree.map(np.testing.assert_array_equal, to_numpy(restored), saved)  # both policies, RNG, steps
+
+    resumed, metrics_b = steps_b.sft(restored.target, placed(batches[2], mesh_b, rules))
+    np.testing.assert_allclose(metrics_b["loss"], metrics_a["loss"], rtol=1e-5)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+        to_numpy(resumed.params),
+        to_numpy(uninterrupted.params),
+    )
+    assert int(resumed.step) == 3
+
+
+def test_restore_without_checkpoint_is_an_error(tmp_path):
+    _, shardings, _, tx, _ = setup(mesh_of(MESHES["data8"]))
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        checkpoints.restore(
+            checkpoints.make_manager(tmp_path / "empty"),
+            checkpoints.abstract_coevo_state(TINY, tx, shardings),
+        )
+
+
+def test_export_then_load_gives_the_same_logits_and_sharded_load_follows_the_rules(tmp_path):
+    mesh = mesh_of(MESHES["cube2"])
+    graphdef, shardings, _, tx, rules = setup(mesh)
+    params = fresh_state(shardings).params
+    checkpoints.export_policy(graphdef, params, tmp_path / "hf")
+    ids = jnp.asarray(np.random.RandomState(0).randint(1, TINY.vocab_size, size=(2, 12)), jnp.int32)
+    mask = jnp.ones_like(ids)
+    expected = np.asarray(nnx.merge(graphdef, to_numpy(params))(ids, mask))
+
+    loaded, _ = load_pretrained(tmp_path / "hf")
+    np.testing.assert_allclose(np.asarray(loaded(ids, mask)), expected, atol=1e-6)
+
+    cfg, graphdef2, sharded_params, _ = load_sharded(str(tmp_path / "hf"), mesh, rules)
+    assert (cfg.hidden_size, cfg.num_layers, cfg.vocab_size) == (
+        TINY.hidden_size,
+        TINY.num_layers,
+        TINY.vocab_size,
+    )
+    expected_shardings = dict(jax.tree_util.tree_leaves_with_path(shardings.params))
+    for path, value in jax.tree_util.tree_leaves_with_path(sharded_params):
+        assert value.sharding == expected_shardings[path], path
+    state = train_state_from_params(sharded_params, tx, shardings)
+    np.testing.assert_allclose(
+        np.asarray(nnx.merge(graphdef2, to_numpy(state.params))(ids, mask)), expected, atol=1e-6
+    )
+    bf16_dir = tmp_path / "hf_bf16"
+    checkpoints.export_policy(graphdef, params, bf16_dir, dtype="bfloat16")
+    loaded_bf16, _ = load_pretrained(bf16_dir)
+    assert loaded_bf16.embed.get_value().dtype == jnp.float32  # loads to float32 by default
+    np.testing.assert_allclose(np.asarray(loaded_bf16(ids, mask)), expected, atol=0.05)
+
+
+def test_loop_position_json_round_trip():
+    position = checkpoints.LoopPosition(iteration=3, phase="failure", step=17)
+    assert checkpoints.LoopPosition.from_json(position.to_json()) == position
