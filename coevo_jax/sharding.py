@@ -84,11 +84,24 @@ class ShardingRules:
 
     params: tuple[Rule, ...] = DEFAULT_PARAM_RULES
     activations: tuple[Rule, ...] = DEFAULT_ACTIVATION_RULES
+    # Mesh axes that only shard the *storage* of weights (ZeRO-3 / FSDP): gathered for compute.
+    storage_axes: tuple[str, ...] = ("data", "fsdp")
 
     def __post_init__(self):
         canon = lambda rules: tuple((str(k), tuple(v) if isinstance(v, list) else v) for k, v in rules)
         object.__setattr__(self, "params", canon(self.params))
         object.__setattr__(self, "activations", canon(self.activations))
+        object.__setattr__(self, "storage_axes", tuple(self.storage_axes))
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> ShardingRules:
+        """From a ConfigDict/dict with optional `params`, `activations` (lists of pairs), `storage_axes`."""
+        fields = {
+            k: tuple(tuple(pair) for pair in config[k]) for k in ("params", "activations") if k in config
+        }
+        if "storage_axes" in config:
+            fields["storage_axes"] = tuple(config["storage_axes"])
+        return cls(**fields)
 
     @property
     def batch_axes(self) -> str | tuple[str, ...] | None:
@@ -145,6 +158,22 @@ def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules: ShardingRules)
             _path_name(path), variable.get_value().shape, logical, mesh, rules.params
         )
     return traverse_util.unflatten_dict(flat)
+
+
+def _without_axes(entry, axes: tuple[str, ...]):
+    names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+    kept = tuple(n for n in names if n not in axes)
+    return None if not kept else kept[0] if len(kept) == 1 else kept
+
+
+def compute_shardings(param_shardings, rules: ShardingRules):
+    """Weight shardings for use in a step: storage-only (FSDP) axes gathered, tensor parallelism kept."""
+    return jax.tree.map(
+        lambda s: NamedSharding(
+            s.mesh, PartitionSpec(*(_without_axes(e, rules.storage_axes) for e in s.spec))
+        ),
+        param_shardings,
+    )
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

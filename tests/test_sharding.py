@@ -88,3 +88,13 @@ def test_sft_layout_and_placement_shard_rows():
 def test_distributed_initialisation_only_when_asked():
     assert sharding.maybe_initialize_distributed({}) is False
     assert sharding.maybe_initialize_distributed({sharding.DISTRIBUTED_ENV: "0"}) is False
+
+
+def test_weights_are_gathered_over_storage_axes_for_compute():
+    mesh = mesh_of(MESHES["cube2"])
+    rules = sharding.ShardingRules.from_mapping(ml_collections.ConfigDict({"storage_axes": ["fsdp"]}))
+    _, abstract = abstract_model(TINY)
+    compute = sharding.compute_shardings(sharding.param_shardings(abstract, mesh, rules), rules)
+    assert compute["embed"].spec == P("tensor", None)
+    assert compute["layers"][1]["attn"]["o_kernel"].spec == P("tensor", None, None)
+    assert rules.params == sharding.DEFAULT_PARAM_RULES

@@ -9,6 +9,7 @@ import pytest
 from train_fixtures import (
     MESHES,
     OPT,
+    TINY,
     dpo_batch,
     fresh_state,
     mesh_of,
@@ -20,7 +21,7 @@ from train_fixtures import (
     with_reference,
 )
 
-from coevo_jax.train import OptimizerConfig
+from coevo_jax.train import OptimizerConfig, TrainConfig
 
 GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
 # Adam's first update is lr * g / (|g| + eps): float32 round-off in a near-zero gradient moves a parameter by
@@ -138,3 +139,22 @@ def test_target_step_with_failure_weights_is_plain_dpo(single):
     dpo_state, dpo_metrics = steps.failure_dpo(fresh_state(shardings), batch)
     np.testing.assert_allclose(target_metrics["loss"], dpo_metrics["loss"], rtol=1e-6)
     _assert_trees_close(to_numpy(target_state.params), to_numpy(dpo_state.params), **PARAM_TOL)
+
+
+def test_remat_gives_the_same_update(single_device_results):
+    mesh = single_mesh()
+    remat_cfg = TrainConfig(compute_dtype="float32", remat=True).model_config(TINY)
+    _, shardings, steps, _, rules = setup(mesh, model_cfg=remat_cfg, return_grads=True)
+    _assert_same_update(_run_all(mesh, steps, shardings, rules, kinds=()), single_device_results)
+
+
+def test_bfloat16_compute_keeps_float32_master_weights(single_device_results):
+    mesh = single_mesh()
+    mixed = TrainConfig(compute_dtype="bfloat16", param_dtype="float32").model_config(TINY)
+    _, shardings, steps, _, rules = setup(mesh, model_cfg=mixed)
+    state, metrics = steps.sft(
+        fresh_state(shardings, model_cfg=mixed), placed(sft_batch(0, rows=16, real=13), mesh, rules)
+    )
+    dtypes = {leaf.dtype for leaf in jax.tree.leaves((state.params, state.opt_state))}
+    assert dtypes <= {np.dtype("float32"), np.dtype("int32")}
+    np.testing.assert_allclose(metrics["loss"], single_device_results["sft"][1]["loss"], rtol=2e-2)

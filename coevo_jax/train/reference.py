@@ -25,11 +25,12 @@ def reference_logprobs(
     cfg: ObjectiveConfig,
     mesh: Mesh,
     rules: ShardingRules,
+    compute_shardings=None,
 ) -> tuple[jax.Array, jax.Array]:
     """(chosen, rejected) sequence log-probs [K, P] of a device-layout DPO batch, no gradient."""
     params = jax.lax.stop_gradient(params)
     with activation_context(mesh, rules):
-        model = bind(graphdef, params)
+        model = bind(graphdef, params, compute_shardings)
         chosen, rejected = jax.lax.map(
             lambda micro_batch: pair_logprobs(model, micro_batch, cfg.logprob_chunk_size)[:2], batch
         )

@@ -28,6 +28,7 @@ from coevo_jax.sharding import (
     ShardingRules,
     activation_context,
     batch_spec,
+    compute_shardings,
     replicated,
 )
 from coevo_jax.train.objectives import (
@@ -63,12 +64,17 @@ def accumulate_gradients(
     batch: dict,
     cfg: ObjectiveConfig,
     grad_shardings=None,
+    compute_shardings=None,
 ) -> tuple[jax.Array, dict, dict]:
-    """(batch loss, gradients, summed metrics) over the leading micro-batch axis of `batch`."""
+    """(batch loss, gradients, summed metrics) over the leading micro-batch axis of `batch`.
+
+    `grad_shardings` keeps the float32 gradient sum in the parameters' (FSDP) sharding; `compute_shardings`
+    is how the weights are gathered for the forward/backward pass (see `state.bind`).
+    """
     total = normaliser(batch)
 
     def loss_fn(params, micro_batch):
-        return objective(bind(graphdef, params), micro_batch, total, cfg)
+        return objective(bind(graphdef, params, compute_shardings), micro_batch, total, cfg)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     keep_sharded = (
@@ -114,6 +120,7 @@ def train_step(
     mesh: Mesh,
     rules: ShardingRules,
     grad_shardings=None,
+    compute_shardings=None,
     return_grads: bool = False,
 ) -> tuple[TrainState, dict]:
     """One optimizer update from a whole (micro-batched) batch; returns the new state and metrics.
@@ -123,7 +130,7 @@ def train_step(
     """
     with activation_context(mesh, rules):
         loss, grads, sums = accumulate_gradients(
-            objective, normaliser, graphdef, state.params, batch, cfg, grad_shardings
+            objective, normaliser, graphdef, state.params, batch, cfg, grad_shardings, compute_shardings
         )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     new_state = TrainState(
@@ -197,6 +204,7 @@ def build_steps(
     With `return_grads` the step metrics also carry the gradients (replicated: for tests and debugging).
     """
     metric_sharding = replicated(mesh)
+    weights_for_compute = compute_shardings(shardings.params, rules)
 
     def jit_step(objective, normaliser, keys):
         fn = functools.partial(
@@ -210,6 +218,7 @@ def build_steps(
             mesh=mesh,
             rules=rules,
             grad_shardings=shardings.params,
+            compute_shardings=weights_for_compute,
             return_grads=return_grads,
         )
         jitted = jax.jit(
@@ -222,7 +231,14 @@ def build_steps(
 
     pair_sharding = NamedSharding(mesh, batch_spec(2, rules))
     reference = jax.jit(
-        functools.partial(reference_logprobs, graphdef=graphdef, cfg=cfg, mesh=mesh, rules=rules),
+        functools.partial(
+            reference_logprobs,
+            graphdef=graphdef,
+            cfg=cfg,
+            mesh=mesh,
+            rules=rules,
+            compute_shardings=weights_for_compute,
+        ),
         in_shardings=(shardings.params, _batch_shardings(SEQUENCE_KEYS, mesh, rules)),
         out_shardings=(pair_sharding, pair_sharding),
     )
