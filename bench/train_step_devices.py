@@ -1,0 +1,197 @@
+"""Per-device memory and step time of the SFT / target train steps on 1 vs 8 (fake CPU) devices.
+
+    python bench/train_step_devices.py                 # runs 1 and 8 devices, each in a subprocess
+    python bench/train_step_devices.py --devices 8 --mesh fsdp
+    python bench/train_step_devices.py --devices 8 --preset llama2_7b --compile-only --rows 8 --length 4096
+
+`--compile-only` lowers the step on abstract inputs (nothing is allocated) and prints XLA's per-device memory
+analysis: how the numbers of docs/memory_plan.md were checked for a Llama-2-7B-shaped policy.
+
+Memory figures are per device: the train state's bytes actually resident on device 0 (from the arrays'
+addressable shards) and XLA's compiled memory analysis of the step (arguments, outputs, temporaries).
+On fake CPU devices the step time measures partitioning overhead, not accelerator speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+MESHES = {
+    "single": (("data", 1), ("fsdp", 1), ("tensor", 1)),
+    "data": (("data", -1), ("fsdp", 1), ("tensor", 1)),
+    "fsdp": (("data", 1), ("fsdp", -1), ("tensor", 1)),
+    "fsdp_tensor": (("data", 1), ("fsdp", -1), ("tensor", 2)),
+}
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:8.3f} MiB"
+
+
+def run(args) -> None:
+    import jax
+    import numpy as np
+
+    from coevo_jax import sharding
+    from coevo_jax.models import ModelConfig
+    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+    from coevo_jax.train.state import abstract_model, init_train_state, state_shardings
+
+    if args.preset == "llama2_7b":
+        cfg = ModelConfig(
+            vocab_size=32000,
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_layers=args.layers or 32,
+            num_heads=32,
+            num_kv_heads=32,
+            head_dim=128,
+            dtype="bfloat16",
+            param_dtype="float32",
+            remat=not args.no_remat,
+        )
+    else:
+        cfg = ModelConfig(
+            vocab_size=args.vocab,
+            hidden_size=args.hidden,
+            intermediate_size=2 * args.hidden,
+            num_layers=args.layers or 2,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=args.hidden // 4,
+        )
+    mesh = sharding.make_mesh(sharding.MeshConfig(axes=MESHES[args.mesh]))
+    rules = sharding.ShardingRules()
+    opt = OptimizerConfig(learning_rate=1e-4)
+    tx = make_optimizer(opt)
+    graphdef, _ = abstract_model(cfg)
+    shardings = state_shardings(cfg, tx, mesh, rules)
+    steps = build_steps(graphdef, tx, make_schedule(opt), shardings, mesh, rules, ObjectiveConfig())
+    if args.compile_only:
+        compile_only(args, cfg, tx, shardings, steps, mesh, rules)
+        return
+    state = init_train_state(cfg, tx, shardings, jax.random.key(0))
+
+    rng = np.random.RandomState(0)
+    rows, length = args.rows, args.length
+    ids = rng.randint(1, cfg.vocab_size, size=(rows, length)).astype(np.int32)
+    loss_mask = np.zeros((rows, length), np.float32)
+    loss_mask[:, length // 2 : -1] = 1.0
+    batch = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "targets": np.roll(ids, -1, axis=1),
+        "loss_mask": loss_mask,
+        "example_mask": np.ones((rows,), np.float32),
+    }
+    placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
+
+    device0 = jax.devices()[0]
+    total = sum(leaf.nbytes for leaf in jax.tree.leaves(state))
+    resident = sum(
+        s.data.nbytes
+        for leaf in jax.tree.leaves(state)
+        for s in leaf.addressable_shards
+        if s.device == device0
+    )
+    compiled = steps.sft.jitted.lower(state, {k: placed[k] for k in steps.sft.keys}).compile()
+    memory = compiled.memory_analysis()
+
+    state, metrics = steps.sft(state, placed)  # warm-up (compile)
+    jax.block_until_ready(metrics)
+    times = []
+    for _ in range(args.iters):
+        start = time.perf_counter()
+        state, metrics = steps.sft(state, placed)
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - start)
+    tokens = float(metrics["tokens"])
+    median = float(np.median(times))
+    print(
+        f"== {jax.device_count()} device(s), mesh {dict(mesh.shape)}, model {cfg.hidden_size}x{cfg.num_layers}L"
+    )
+    print(f"  train state, whole          {_mib(total)}")
+    print(f"  train state on device 0     {_mib(resident)}  ({resident / total:.3f} of whole)")
+    if memory is not None:
+        print(f"  step arguments / device     {_mib(memory.argument_size_in_bytes)}")
+        print(f"  step outputs / device       {_mib(memory.output_size_in_bytes)}")
+        print(f"  step temporaries / device   {_mib(memory.temp_size_in_bytes)}")
+    print(
+        f"  SFT step time (median of {args.iters})  {median * 1e3:8.2f} ms   {tokens / median:10.0f} tokens/s"
+    )
+
+
+def compile_only(args, cfg, tx, shardings, steps, mesh, rules) -> None:
+    """Per-device memory analysis of the SFT step compiled on abstract (never allocated) inputs."""
+    import jax
+    import jax.numpy as jnp
+
+    from coevo_jax import sharding
+    from coevo_jax.train.state import abstract_state
+
+    state = abstract_state(shardings, cfg, tx)
+    shapes = {
+        "input_ids": jnp.int32,
+        "attention_mask": jnp.int32,
+        "targets": jnp.int32,
+        "loss_mask": jnp.float32,
+    }
+    batch = {
+        key: jax.ShapeDtypeStruct(
+            (1, args.rows, args.length),
+            dtype,
+            sharding=jax.sharding.NamedSharding(mesh, sharding.batch_spec(3, rules)),
+        )
+        for key, dtype in shapes.items()
+    }
+    batch["example_mask"] = jax.ShapeDtypeStruct(
+        (1, args.rows), jnp.float32, sharding=jax.sharding.NamedSharding(mesh, sharding.batch_spec(2, rules))
+    )
+    start = time.perf_counter()
+    memory = steps.sft.jitted.lower(state, batch).compile().memory_analysis()
+    total = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
+    print(
+        f"== {jax.device_count()} device(s), mesh {dict(mesh.shape)}, {cfg.num_layers} layers x {cfg.hidden_size}"
+    )
+    print(
+        f"  compiled in {time.perf_counter() - start:.0f} s; rows {args.rows} x length {args.length}, remat {cfg.remat}"
+    )
+    print(f"  train state, whole          {total / 2**30:8.2f} GiB")
+    print(f"  step arguments / device     {memory.argument_size_in_bytes / 2**30:8.2f} GiB")
+    print(f"  step outputs / device       {memory.output_size_in_bytes / 2**30:8.2f} GiB")
+    print(f"  step temporaries / device   {memory.temp_size_in_bytes / 2**30:8.2f} GiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--devices", type=int, default=None, help="fake CPU devices (default: run 1 and 8)")
+    parser.add_argument("--mesh", choices=sorted(MESHES), default=None)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=None, help="default: 2 (tiny) / 32 (llama2_7b)")
+    parser.add_argument("--preset", choices=["tiny", "llama2_7b"], default="tiny")
+    parser.add_argument("--no-remat", action="store_true", help="llama2_7b preset without rematerialisation")
+    parser.add_argument("--compile-only", action="store_true", help="memory analysis on abstract inputs")
+    parser.add_argument("--vocab", type=int, default=256)
+    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+    if args.devices is None:
+        for devices, mesh in ((1, "single"), (8, "fsdp"), (8, "data")):
+            cmd = [sys.executable, __file__, "--devices", str(devices), "--mesh", mesh, *sys.argv[1:]]
+            subprocess.run(cmd, check=True)
+        return
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    args.mesh = args.mesh or ("single" if args.devices == 1 else "fsdp")
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
