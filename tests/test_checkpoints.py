@@ -9,7 +9,7 @@ from train_fixtures import MESHES, TINY, fresh_state, mesh_of, placed, setup, sf
 
 from coevo_jax import checkpoints
 from coevo_jax.models import load_pretrained
-from coevo_jax.train.policies import CoevoState
+from coevo_jax.train.policies import CoevoState, park
 from coevo_jax.train.state import load_sharded, train_state_from_params
 
 
@@ -28,6 +28,7 @@ def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
     for batch in batches[:2]:
         target, _ = steps_a.sft(state.target, placed(batch, mesh_a, rules))
         state = state.replace(target=target)
+    state = state.replace(failure=park(state.failure, shardings_a))  # idle policy in host memory
     manager = checkpoints.make_manager(tmp_path / "ckpt")
     position = checkpoints.LoopPosition(iteration=1, phase="target", step=2)
     checkpoints.save(manager, 2, state, position)
@@ -40,7 +41,9 @@ def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
     restored, restored_position = checkpoints.restore(checkpoints.make_manager(tmp_path / "ckpt"), target)
     assert restored_position == position
     assert restored.target.params["embed"].sharding == shardings_b.params["embed"]
-    jax.tree.map(np.testing.assert_array_equal, to_numpy(restored), saved)  # both policies, RNG, steps
+    # Both policies (the parked one back on device), RNG and steps, bit for bit.
+    assert {leaf.sharding.memory_kind for leaf in jax.tree.leaves(restored)} == {"device"}
+    jax.tree.map(np.testing.assert_array_equal, to_numpy(restored), saved)
 
     resumed, metrics_b = steps_b.sft(restored.target, placed(batches[2], mesh_b, rules))
     np.testing.assert_allclose(metrics_b["loss"], metrics_a["loss"], rtol=1e-5)

@@ -21,7 +21,7 @@ from train_fixtures import (
     with_reference,
 )
 
-from coevo_jax.train import OptimizerConfig, TrainConfig
+from coevo_jax.train import OptimizerConfig, TrainConfig, attach_phase_reference
 
 GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
 # Adam's first update is lr * g / (|g| + eps): float32 round-off in a near-zero gradient moves a parameter by
@@ -112,7 +112,9 @@ def test_dpo_raises_reward_accuracy_and_leaves_the_reference_alone(single):
     mesh, shardings, steps, rules = single
     state = fresh_state(shardings)
     initial_params = to_numpy(state.params)
-    batch = with_reference(steps, state, placed(dpo_batch(3, real=7), mesh, rules))
+    [batch] = attach_phase_reference(
+        steps.reference, state.params, [placed(dpo_batch(3, real=7), mesh, rules)]
+    )
     cached = to_numpy((batch["ref_chosen_logps"], batch["ref_rejected_logps"]))
     accuracies = []
     for _ in range(8):
