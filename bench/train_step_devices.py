@@ -133,7 +133,7 @@ def compile_only(args, cfg, tx, shardings, steps, mesh, rules) -> None:
     from coevo_jax import sharding
     from coevo_jax.train.state import abstract_state
 
-    state = abstract_state(shardings, cfg, tx)
+    state = abstract_state(cfg, tx, shardings)
     shapes = {
         "input_ids": jnp.int32,
         "attention_mask": jnp.int32,

@@ -77,7 +77,7 @@ def save(
 
 def abstract_coevo_state(model_cfg: ModelConfig, tx, shardings: TrainState) -> CoevoState:
     """The restore target: shapes, dtypes and (new) shardings of both policies and the RNG key data."""
-    policy = abstract_state(shardings, model_cfg, tx)
+    policy = abstract_state(model_cfg, tx, shardings)
     mesh = jax.tree.leaves(shardings)[0].mesh
     rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated(mesh))
     return CoevoState(target=policy, failure=policy, rng=rng)

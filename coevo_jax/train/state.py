@@ -68,11 +68,10 @@ def state_shardings(
     """A `TrainState` of NamedShardings; raises ValueError naming a parameter whose dims do not divide."""
     _, abstract = abstract_model(model_cfg)
     params_sh = param_shardings(abstract, mesh, rules)
-    abstract_params = abstract_params_of(model_cfg)
     return TrainState(
         step=replicated(mesh),
         params=params_sh,
-        opt_state=opt_state_shardings(tx, params_sh, abstract_params, mesh),
+        opt_state=opt_state_shardings(tx, params_sh, nnx.to_pure_dict(abstract), mesh),
     )
 
 
@@ -81,7 +80,7 @@ def abstract_params_of(model_cfg: ModelConfig) -> dict:
     return nnx.to_pure_dict(abstract_model(model_cfg)[1])
 
 
-def abstract_state(shardings: TrainState, model_cfg: ModelConfig, tx) -> TrainState:
+def abstract_state(model_cfg: ModelConfig, tx, shardings: TrainState) -> TrainState:
     """ShapeDtypeStructs (with shardings) of a whole TrainState: the restore target of a checkpoint."""
     params = abstract_params_of(model_cfg)
     shapes = TrainState(
