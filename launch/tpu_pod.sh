@@ -5,14 +5,14 @@
 #   SETUP=1 launch/tpu_pod.sh TPU_NAME ZONE CONFIG                # first install the repo on all workers
 #
 # JAX reads the pod topology from the TPU metadata server, so COEVO_DISTRIBUTED=1 is all
-# `jax.distributed.initialize()` needs. REPO_URL / REPO_DIR / PROJECT may be overridden.
+# `jax.distributed.initialize()` needs. SETUP=1 needs REPO_URL (your clone's URL); REPO_DIR and PROJECT
+# may be overridden.
 set -euo pipefail
 
 TPU_NAME=${1:?usage: tpu_pod.sh TPU_NAME ZONE CONFIG [flags...]}
 ZONE=${2:?zone, e.g. us-east5-b}
-CONFIG=${3:?config file, e.g. configs/coevolve_webshop.py}
+CONFIG=${3:?config file, e.g. configs/quickstart.py}
 shift 3
-REPO_URL=${REPO_URL:-https://github.com/your-org/coevo_jax.git}
 REPO_DIR=${REPO_DIR:-coevo_jax}
 PROJECT_FLAG=${PROJECT:+--project=${PROJECT}}
 
@@ -22,6 +22,7 @@ ssh_all() {
 }
 
 if [[ "${SETUP:-0}" == "1" ]]; then
+  REPO_URL=${REPO_URL:?SETUP=1 needs REPO_URL: the git URL every worker clones}
   ssh_all "set -e; [ -d ${REPO_DIR} ] || git clone ${REPO_URL} ${REPO_DIR};
            cd ${REPO_DIR} && git pull --ff-only && pip install -q -e '.[tpu]'"
 fi
