@@ -14,8 +14,6 @@ from model_fixtures import max_abs_on_valid, padded_batch, torch_logits, torch_r
 
 from coevo_jax.models import ModelConfig, load_pretrained, save_pretrained
 
-torch = pytest.importorskip("torch")
-
 FAMILIES = ["llama2", "llama3", "qwen2", "qwen3", "smollm2"]
 PARITY_ERRORS: dict[str, tuple[float, float]] = {}
 

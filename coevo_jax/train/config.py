@@ -13,6 +13,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from coevo_jax.models import ModelConfig
+from coevo_jax.train.mapping import dataclass_from_mapping
 from coevo_jax.train.objectives import ObjectiveConfig
 
 
@@ -41,11 +42,7 @@ class TrainConfig:
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> TrainConfig:
         """From a ConfigDict/dict with (a subset of) the field names; unknown names are an error."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(config) - names
-        if unknown:
-            raise ValueError(f"unknown train options {sorted(unknown)}")
-        return cls(**dict(config))
+        return dataclass_from_mapping(cls, config, "train")
 
     def model_config(self, model_cfg: ModelConfig) -> ModelConfig:
         """`model_cfg` with this dtype policy and rematerialisation setting."""

@@ -15,6 +15,8 @@ from typing import Any
 import jax
 import optax
 
+from coevo_jax.train.mapping import dataclass_from_mapping
+
 SCHEDULES = ("cosine", "constant")
 
 
@@ -46,11 +48,7 @@ class OptimizerConfig:
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> OptimizerConfig:
         """From a ConfigDict/dict with (a subset of) the field names."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(config) - names
-        if unknown:
-            raise ValueError(f"unknown optimizer options {sorted(unknown)}")
-        return cls(**dict(config))
+        return dataclass_from_mapping(cls, config, "optimizer")
 
 
 def eto_sft_config(total_steps: int, warmup_ratio: float = 0.03) -> OptimizerConfig:
