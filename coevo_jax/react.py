@@ -29,6 +29,6 @@ def format_reply(thought: str | None, action: str) -> str:
     return f"Thought: {thought}\nAction: {action}" if thought else f"Action: {action}"
 
 
-def format_observation(text: str) -> str:
-    """An environment reply as the agent sees it."""
-    return OBSERVATION_PREFIX + text
+def format_observation(text: str, prefix: str = OBSERVATION_PREFIX) -> str:
+    """An environment reply as the agent sees it (ETO's WebShop uses the prefix "Observation:\\n")."""
+    return prefix + text

@@ -13,6 +13,9 @@ from coevo_jax.envs.base import Environment, ExpertStep, prompt_messages, record
 
 _REGISTRY: dict[str, str | Callable[..., Environment]] = {
     "builtin": "coevo_jax.envs.builtin:BuiltinEnv",
+    "intercode_sql": "coevo_jax.envs.intercode_sql:InterCodeSqlEnv",
+    "sciworld": "coevo_jax.envs.sciworld:SciWorldEnv",
+    "webshop": "coevo_jax.envs.webshop:WebShopEnv",
 }
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coevo_jax.data.records import ASSISTANT, ETO_ACK, USER, Message, Trajectory
-from coevo_jax.react import format_observation, format_reply
+from coevo_jax.react import OBSERVATION_PREFIX, format_observation, format_reply
 
 StepResult = tuple[str, float, bool, dict]
 
@@ -24,6 +24,7 @@ class Environment(abc.ABC):
     """A text environment with named task splits (see the module docstring for the contract)."""
 
     name: str = ""
+    observation_prefix: str = OBSERVATION_PREFIX  # how observations are introduced to the agent
 
     @property
     @abc.abstractmethod
@@ -82,7 +83,7 @@ def record_expert_trajectory(
             raise ValueError(f"{env.name} task {task_id}: episode ended before expert step {index}")
         observation, reward, done, _ = env.step(step.action)
         messages.append(Message(ASSISTANT, format_reply(step.thought, step.action)))
-        messages.append(Message(USER, format_observation(observation)))
+        messages.append(Message(USER, format_observation(observation, env.observation_prefix)))
     return Trajectory(
         traj_id=traj_id or f"{env.name}_{task_id}_expert",
         task_id=task_id,

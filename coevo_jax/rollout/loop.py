@@ -127,7 +127,7 @@ class _Slots:
                 episode.reason = f"env_error: {type(error).__name__}: {error}"
                 return
             episode.reward = float(reward)
-            observation = format_observation(text)
+            observation = format_observation(text, self.envs[slot].observation_prefix)
         if done:
             episode.reason = "done"
         elif episode.steps >= episode.max_steps:

@@ -1,0 +1,271 @@
+"""InterCode-SQL on SQLite: Spider dev questions answered by querying the database, scored on `submit`.
+
+Behaviour follows InterCode's `SqlEnv` (a MySQL server in Docker) without a server:
+- an action is one SQL statement, or `submit`. `SHOW TABLES`, `SHOW DATABASES`, `DESCRIBE t` / `DESC t` /
+  `SHOW COLUMNS FROM t` and `USE db` are answered as MySQL answers them; everything else runs in SQLite
+  (see `intercode_sql_db` for how the databases keep MySQL's names, collation and row order);
+- the observation is `str()` of the result rows, `None` for a statement without rows, or
+  `Error executing query: <message>`, with SQLite's most common messages reworded as MySQL's;
+- the score is InterCode's reward (`intercode_sql_reward`) of the last statement's output against the gold
+  query's, clamped to [0, 1]. `submit` ends the episode with it; every other step reports what submitting
+  now would score, as InterCode's recorded multi-turn runs do, so an episode that runs out of steps is
+  scored on its last output;
+- the agent's SQL runs in `intercode_sql_sandbox` (read-only, time-limited). Writes, which InterCode's
+  server allowed and reset between episodes, are refused here.
+
+Task ids are indices into `ic_spider_dev.json`. Splits are by database (documented in the README):
+`test_unseen` is every task of car_1, dog_kennels and orchestra (214 tasks); of the other 17 databases,
+every fifth task (by index within its database) is `test_seen` and the rest are `train`.
+Expert trajectories are InterCode's GPT-4 episodes that reached reward 1 (`intercode_sql_experts`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cached_property
+from pathlib import Path
+
+from coevo_jax.envs import intercode_sql_mysql
+from coevo_jax.envs.base import Environment, StepResult
+from coevo_jax.envs.intercode_sql_db import DATA_DIR, DUMP_PATH, build_databases, load_schema
+from coevo_jax.envs.intercode_sql_reward import intercode_reward
+from coevo_jax.envs.intercode_sql_sandbox import SqlError, SqlSandbox
+
+TASKS_PATH = DATA_DIR / "ic_spider_dev.json"
+UNSEEN_DATABASES = ("car_1", "dog_kennels", "orchestra")
+TEST_SEEN_EVERY = 5
+MAX_STEPS = 10  # InterCode's multi-turn GPT-4 runs used 10 turns
+# The databases of InterCode's MySQL server, system schemas included, as SHOW DATABASES lists them.
+_SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
+
+INSTRUCTION = (
+    "You are a helpful assistant that answers questions about a MySQL database by querying it. "
+    "Each turn, first think about what to do, then write one SQL command; you will receive its output "
+    "(result rows) or its error message as the observation. Explore the schema when you need to with "
+    "SHOW TABLES and DESCRIBE <table>. When the output of your last query answers the question, submit it.\n"
+    "Your response must use the following format:\n\n"
+    "Thought: I think ...\nAction: <one SQL command, or submit>\n\n"
+    "The Action is executed exactly as written: write a single SQL command on one line, without code "
+    "fences. The answer is scored on the rows returned by your last query before you submit."
+)
+
+_DESCRIBE = re.compile(
+    r"^(?:DESCRIBE|DESC|EXPLAIN|SHOW\s+(?:FULL\s+)?(?:COLUMNS|FIELDS)\s+(?:FROM|IN))\s+`?(\w+)`?$", re.I
+)
+_SHOW_TABLES = re.compile(r"^SHOW\s+(?:FULL\s+)?TABLES(?:\s+LIKE\s+'([^']*)')?$", re.I)
+_SHOW_DATABASES = re.compile(r"^SHOW\s+(?:DATABASES|SCHEMAS)$", re.I)
+_USE = re.compile(r"^USE\s+`?(\w+)`?$", re.I)
+_FENCE = re.compile(r"^```(?:sql|mysql)?\s*(.*?)\s*```$", re.I | re.S)
+_SQLITE_TO_MYSQL = (
+    (re.compile(r"^no such table: (?:\w+\.)?(\w+)$"), "Table '{db}.{0}' doesn't exist"),
+    (re.compile(r"^no such column: (.+)$"), "Unknown column '{0}' in 'field list'"),
+    (re.compile(r"^ambiguous column name: (.+)$"), "Column '{0}' in field list is ambiguous"),
+    (
+        re.compile(r'^near "(.*)": syntax error$', re.S),
+        "You have an error in your SQL syntax; check the manual that corresponds to your MySQL server "
+        "version for the right syntax to use near '{0}' at line 1",
+    ),
+    (
+        re.compile(r"^incomplete input$"),
+        "You have an error in your SQL syntax; check the manual that "
+        "corresponds to your MySQL server version for the right syntax to use near '' at line 1",
+    ),
+    (re.compile(r"^not authorized.*$"), "command denied: the database is read-only"),
+    (re.compile(r"^authorization denied$"), "command denied: the database is read-only"),
+)
+
+
+def mysql_error_message(message: str, db: str) -> str:
+    """SQLite's error text in MySQL's wording where one is known (what InterCode's agents were shown)."""
+    for pattern, template in _SQLITE_TO_MYSQL:
+        match = pattern.match(message)
+        if match:
+            groups = [g.lower() if template.startswith("Table") else g for g in match.groups()]
+            return template.format(*groups, db=db)
+    return message
+
+
+def _like(pattern: str) -> re.Pattern:
+    """A SQL LIKE pattern (% and _, backslash escapes) as a case-insensitive regular expression."""
+    parts, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            parts.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        parts.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return re.compile("".join(parts), re.I | re.S)
+
+
+def normalize_action(action: str) -> str:
+    """The statement to run: code fences and surrounding whitespace removed, one trailing ';' dropped."""
+    text = action.strip()
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    return text[:-1].rstrip() if text.endswith(";") else text
+
+
+class InterCodeSqlEnv(Environment):
+    """InterCode-SQL over the Spider dev databases in SQLite (see the module docstring)."""
+
+    name = "intercode_sql"
+
+    def __init__(
+        self,
+        *,
+        tasks_path: str | Path = TASKS_PATH,
+        dump_path: str | Path = DUMP_PATH,
+        cache_root: str | Path | None = None,
+        query_timeout_s: float = 5.0,
+        max_rows: int = 100_000,
+        max_observation_chars: int | None = None,
+    ):
+        self.tasks_path = Path(tasks_path)
+        self._db_dir = build_databases(Path(dump_path), Path(cache_root) if cache_root else None)
+        self._schema = load_schema(self._db_dir)
+        self._records = _load_tasks(self.tasks_path, set(self._schema))
+        self.query_timeout_s, self.max_rows = query_timeout_s, max_rows
+        self.max_observation_chars = max_observation_chars
+        self._sandboxes: dict[str, SqlSandbox] = {}
+        self._gold_rows: dict[str, list] = {}
+        self._task_id: str | None = None
+        self._db: str | None = None
+        self._last_output: list | str | None = None
+        self._done = True
+
+    # -- tasks and splits -------------------------------------------------------------------------------
+    @property
+    def instruction(self) -> str:
+        return INSTRUCTION
+
+    def splits(self) -> tuple[str, ...]:
+        return ("train", "test_seen", "test_unseen")
+
+    @cached_property
+    def _split_ids(self) -> dict[str, list[str]]:
+        splits: dict[str, list[str]] = {name: [] for name in self.splits()}
+        position: dict[str, int] = {}
+        for index, record in enumerate(self._records):
+            db = record["db"]
+            if db in UNSEEN_DATABASES:
+                splits["test_unseen"].append(str(index))
+                continue
+            k = position.get(db, 0)
+            position[db] = k + 1
+            splits["test_seen" if k % TEST_SEEN_EVERY == TEST_SEEN_EVERY - 1 else "train"].append(str(index))
+        return splits
+
+    def tasks(self, split: str) -> list[str]:
+        if split not in self._split_ids:
+            raise ValueError(f"unknown {self.name} split {split!r}; splits: {', '.join(self.splits())}")
+        return list(self._split_ids[split])
+
+    def max_steps(self, task_id: str) -> int:
+        self.record(task_id)
+        return MAX_STEPS
+
+    def record(self, task_id: str) -> dict:
+        """The task's record of ic_spider_dev.json: db, query (the question), gold, hardness."""
+        if not (isinstance(task_id, str) and task_id.isdigit() and int(task_id) < len(self._records)):
+            raise ValueError(f"unknown {self.name} task id {task_id!r} (ids are 0..{len(self._records) - 1})")
+        return self._records[int(task_id)]
+
+    # -- episodes -------------------------------------------------------------------------------------------
+    def reset(self, task_id: str) -> str:
+        record = self.record(task_id)
+        self._task_id, self._db = task_id, record["db"].lower()
+        self._last_output, self._done = None, False
+        return f"Database: {record['db']}\nQuestion: {record['query']}"
+
+    def step(self, action: str) -> StepResult:
+        if self._task_id is None or self._done:
+            raise RuntimeError(f"{self.name}: step() called without an episode in progress (call reset)")
+        statement = normalize_action(action)
+        if statement.lower() == "submit":
+            self._done = True
+            score = self.score()
+            return str(self._last_output), score, True, {"reward": score}
+        self._last_output = self.execute(statement)
+        observation = str(self._last_output)
+        if self.max_observation_chars is not None and len(observation) > self.max_observation_chars:
+            observation = observation[: self.max_observation_chars] + " ... (truncated)"
+        return observation, self.score(), False, {}
+
+    def score(self) -> float:
+        """The reward `submit` would give now: InterCode's, clamped to [0, 1]."""
+        return min(1.0, max(0.0, intercode_reward(self._last_output, self.gold_rows(self._task_id))))
+
+    def gold_rows(self, task_id: str) -> list:
+        """The gold query's rows; a gold query that fails counts as no rows, as in InterCode."""
+        if task_id not in self._gold_rows:
+            record = self.record(task_id)
+            rows = self._run(record["db"].lower(), record["gold"], errors_as_text=True)
+            self._gold_rows[task_id] = rows if isinstance(rows, list) else []
+        return self._gold_rows[task_id]
+
+    def execute(self, statement: str) -> list | str | None:
+        """One statement in the current database: rows, None (no result set) or the error text."""
+        shown = _SHOW_TABLES.match(statement)
+        if shown:
+            names = sorted(self._schema[self._db])
+            if shown.group(1) is not None:
+                names = [n for n in names if _like(shown.group(1)).fullmatch(n)]
+            return [(name,) for name in names]
+        if _SHOW_DATABASES.match(statement):
+            return [(name,) for name in sorted((*self._schema, *_SYSTEM_SCHEMAS))]
+        described = _DESCRIBE.match(statement)
+        if described:
+            table = described.group(1).lower()
+            if table not in self._schema[self._db]:
+                return f"Error executing query: Table '{self._db}.{table}' doesn't exist"
+            return [column.describe_row() for column in self._schema[self._db][table]]
+        used = _USE.match(statement)
+        if used:
+            db = used.group(1).lower()
+            if db not in self._schema:
+                return f"Error executing query: Unknown database '{db}'"
+            self._db = db
+            return None
+        return self._run(self._db, statement, errors_as_text=True)
+
+    def _run(self, db: str, sql: str, *, errors_as_text: bool) -> list | str | None:
+        if db not in self._sandboxes:
+            self._sandboxes[db] = SqlSandbox(
+                self._db_dir / f"{db}.sqlite",
+                timeout_s=self.query_timeout_s,
+                max_rows=self.max_rows,
+                prepare=intercode_sql_mysql.install,
+            )
+        try:
+            return self._sandboxes[db].execute(sql)
+        except SqlError as error:
+            if not errors_as_text:
+                raise
+            return f"Error executing query: {mysql_error_message(str(error), db)}"
+
+    def close(self) -> None:
+        for sandbox in self._sandboxes.values():
+            sandbox.close()
+        self._sandboxes.clear()
+
+
+def _load_tasks(path: Path, databases: set[str]) -> list[dict]:
+    """ic_spider_dev.json's records, checked: each needs db (a known database), query and gold strings."""
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the task file: {error}") from None
+    if not isinstance(records, list):
+        raise ValueError(f"{path}: expected a list of task records")
+    for index, record in enumerate(records):
+        for field in ("db", "query", "gold"):
+            value = record.get(field) if isinstance(record, dict) else None
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{path}: record {index}: field {field!r} must be a non-empty string")
+        if record["db"].lower() not in databases:
+            raise ValueError(f"{path}: record {index}: field 'db': unknown database {record['db']!r}")
+    return records

@@ -1,0 +1,439 @@
+"""InterCode-SQL on SQLite: dump conversion, InterCode's reward, the sandbox, the environment, the experts."""
+
+import collections
+import hashlib
+import itertools
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from coevo_jax.data.chat_format import chat_format_for
+from coevo_jax.envs import make
+from coevo_jax.envs.base import ExpertStep
+from coevo_jax.envs.intercode_sql import (
+    MAX_STEPS,
+    UNSEEN_DATABASES,
+    InterCodeSqlEnv,
+    mysql_error_message,
+    normalize_action,
+)
+from coevo_jax.envs.intercode_sql_db import (
+    DUMP_PATH,
+    DumpFormatError,
+    build_databases,
+    parse_dump,
+    parse_values,
+)
+from coevo_jax.envs.intercode_sql_experts import (
+    HARNESS_REJECTION,
+    GptEpisode,
+    expert_steps,
+    expert_trajectories,
+    load_episodes,
+    reward_agreement,
+)
+from coevo_jax.envs.intercode_sql_mysql import install as install_mysql_compat
+from coevo_jax.envs.intercode_sql_reward import intercode_reward, kendall_tau_b
+from coevo_jax.envs.intercode_sql_sandbox import QueryTimeout, SqlError, SqlSandbox
+from coevo_jax.react import parse_action
+from coevo_jax.rollout import ModelActor, RolloutConfig, ScriptedActor, TurnCodec, run_rollouts
+from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("intercode_cache")
+
+
+@pytest.fixture(scope="module")
+def env(cache):
+    environment = InterCodeSqlEnv(cache_root=cache)
+    yield environment
+    environment.close()
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    return load_episodes()
+
+
+# -- the dump --------------------------------------------------------------------------------------------
+def test_parse_values_reads_mysql_literals():
+    text = r"(1,'it\'s',NULL,-2.5,'a''b'),(2,'line\nbreak','back\\slash',3e2,'')"
+    assert parse_values(text) == [
+        (1, "it's", None, -2.5, "a'b"),
+        (2, "line\nbreak", "back\\slash", 300.0, ""),
+    ]
+
+
+def test_dump_converts_every_database_with_its_rows():
+    text = DUMP_PATH.read_text()
+    databases = parse_dump(text)
+    assert len(databases) == 20 and sum(len(t) for t in databases.values()) == 81
+    assert all(name == name.lower() for tables in databases.values() for name in tables)
+    inserted, db = {}, None  # rows per (database, table), counted independently from the raw lines
+    for line in text.splitlines():
+        if line.startswith("USE `"):
+            db = line.split("`")[1].lower()
+        elif line.startswith("INSERT INTO"):
+            inserted[db, line.split("`")[1].lower()] = line.count("),(") + 1
+    for db, tables in databases.items():
+        for name, table in tables.items():
+            assert len(table.rows) == inserted.get((db, name), 0), (db, name)
+    assert all(not t.rows for t in databases["wta_1"].values())  # empty in InterCode's dump too
+
+
+def test_describe_and_show_tables_match_every_recorded_mysql_observation(env, episodes):
+    """Our emulated SHOW TABLES / DESCRIBE / SHOW COLUMNS print exactly what InterCode's MySQL printed.
+
+    InterCode's server was not reset between these runs: a GPT-4 `ALTER TABLE` that MySQL executed shows up
+    in later episodes' DESCRIBE of that table, so those tables are left out.
+    """
+    altered = {
+        a.split()[2].lower()
+        for e in episodes
+        for a, o in zip(e.actions, e.observations, strict=True)
+        if a.upper().startswith("ALTER TABLE") and o == "None"
+    }
+    assert altered == {"contestants", "course", "employee", "performance", "pets"}
+    checked = 0
+    for episode in episodes:
+        env.reset(episode.task_id)
+        for action, observation in zip(episode.actions, episode.observations, strict=True):
+            if observation.startswith(HARNESS_REJECTION):
+                continue
+            ours = env.step(action)[0]  # every action runs: a USE changes what SHOW TABLES lists
+            if action.split()[-1].lower() in altered:
+                continue
+            if action.strip().upper().startswith(("DESCRIBE", "SHOW TABLES", "SHOW COLUMNS")):
+                assert ours == observation, (episode.task_id, action)
+                checked += 1
+    assert checked >= 1860  # of 1,928 such commands; the rest describe an altered table
+
+
+def test_databases_are_built_once_and_read_only(cache):
+    first = build_databases(root=cache)
+    assert build_databases(root=cache) == first
+    files = sorted(first.glob("*.sqlite"))
+    assert len(files) == 20 and all((f.stat().st_mode & 0o222) == 0 for f in files)
+
+
+def test_a_malformed_dump_names_the_line(tmp_path):
+    bad = "USE `x`;\nCREATE TABLE `t` (\n  this is not a column,\n) ENGINE=InnoDB;\n"
+    with pytest.raises(DumpFormatError, match=r"dump.sql:3: unrecognised column definition"):
+        parse_dump(bad, source=str(tmp_path / "dump.sql"))
+
+
+def test_a_malformed_task_file_names_record_and_field(tmp_path, cache):
+    path = tmp_path / "tasks.json"
+    path.write_text(
+        json.dumps([{"db": "singer", "query": "q", "gold": "SELECT 1"}, {"db": "singer", "query": "q"}])
+    )
+    with pytest.raises(ValueError, match=r"tasks.json: record 1: field 'gold'"):
+        InterCodeSqlEnv(tasks_path=path, cache_root=cache)
+
+
+# -- InterCode's reward -------------------------------------------------------------------------------------
+def _tau_reference(x, y) -> float:
+    """Kendall's tau-b from its definition over all pairs, in float64."""
+    x, y = np.asarray(x), np.asarray(y)
+    dx = (x[:, None] < x[None, :]).astype(np.float64) - (x[:, None] > x[None, :])
+    dy = (y[:, None] < y[None, :]).astype(np.float64) - (y[:, None] > y[None, :])
+    upper = np.triu(np.ones_like(dx, dtype=bool), 1)
+    numerator = (dx * dy)[upper].sum()
+    nx, ny = (dx != 0)[upper].sum(), (dy != 0)[upper].sum()
+    return math.nan if nx == 0 or ny == 0 else numerator / math.sqrt(nx * ny)
+
+
+@pytest.mark.filterwarnings("ignore:One or more sample arguments is too small")
+def test_kendall_tau_b_matches_the_definition_and_scipy_on_random_ranks():
+    rng = np.random.default_rng()
+    for _ in range(200):
+        n, k = int(rng.integers(0, 60)), int(rng.integers(1, 12))
+        x = [f"v{v:02d}" for v in rng.integers(0, k, n)]
+        y = [f"v{v:02d}" for v in rng.integers(0, k, n)]
+        ours = kendall_tau_b(x, y)
+        for expected in (
+            _tau_reference(x, y) if n >= 2 else math.nan,
+            scipy.stats.kendalltau(x, y).statistic,
+        ):
+            assert (math.isnan(ours) and math.isnan(expected)) or abs(ours - expected) < 1e-12
+
+
+def _intercode_reference(agent, gold) -> float:
+    """InterCode's get_reward, transcribed with scipy's kendalltau and explicit multiset loops."""
+    if not isinstance(agent, list) or not isinstance(gold, list):
+        return 0.0
+    a, g = [str(r) for r in agent], [str(r) for r in gold]
+    keys = set(a) | set(g)
+    if not keys:
+        return 1.0
+    inter = {k: min(a.count(k), g.count(k)) for k in keys}
+    reward = sum(inter.values()) / sum(max(a.count(k), g.count(k)) for k in keys)
+    if sum(inter.values()) == 0:
+        return reward
+
+    def keep(items):
+        left, out = dict(inter), []
+        for item in items:
+            if left.get(item, 0) > 0:
+                left[item] -= 1
+                out.append(item)
+        return out
+
+    tau = scipy.stats.kendalltau(keep(a), keep(g), nan_policy="omit").statistic
+    return reward if math.isnan(tau) else float(np.round(tau * reward, 2))
+
+
+@pytest.mark.filterwarnings("ignore:One or more sample arguments is too small")
+def test_intercode_reward_matches_the_reference_on_random_row_lists():
+    rng = np.random.default_rng()
+    for _ in range(300):
+        pool = [(int(rng.integers(0, 6)), str(rng.choice(["a", "b", "c"]))) for _ in range(8)]
+        agent = [pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 10)))]
+        gold = [pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 10)))]
+        assert intercode_reward(agent, gold) == pytest.approx(_intercode_reference(agent, gold), abs=1e-12)
+
+
+def test_intercode_reward_cases():
+    rows = [(1, "x"), (2, "y"), (3, "z")]
+    assert intercode_reward([], []) == 1.0
+    assert intercode_reward("Error executing query: boom", rows) == 0.0
+    assert intercode_reward(None, rows) == 0.0
+    assert intercode_reward(rows, rows) == 1.0
+    assert intercode_reward(rows[::-1], rows) == -1.0  # InterCode's own value; the environment clamps it
+    assert intercode_reward(rows[:2], rows) == 0.67  # IoU 2/3 times tau 1, rounded as InterCode does
+    assert intercode_reward([rows[0]], rows) == pytest.approx(1 / 3)  # tau undefined: IoU unrounded
+    assert intercode_reward([(1, "x"), (1, "x")], [(1, "x")]) == 0.5
+
+
+# -- the sandbox --------------------------------------------------------------------------------------------
+@pytest.fixture
+def sandbox(cache):
+    box = SqlSandbox(
+        build_databases(root=cache) / "world_1.sqlite", timeout_s=1.0, prepare=install_mysql_compat
+    )
+    yield box
+    box.close()
+
+
+def test_hostile_sql_changes_nothing_and_reads_no_outside_file(sandbox, tmp_path):
+    path = sandbox.path
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    outside = tmp_path / "secret.db"
+    sqlite3.connect(outside).execute("CREATE TABLE s(x)").connection.commit()
+    hostile = [
+        "DELETE FROM city",
+        "UPDATE city SET Name = 'x'",
+        "INSERT INTO city VALUES (0, 'x', 'y', 'z', 1)",
+        "DROP TABLE city",
+        "ALTER TABLE city ADD COLUMN x INT",
+        "CREATE TABLE t(x)",
+        "CREATE TEMP TABLE t(x)",
+        f"ATTACH '{outside}' AS other",
+        "PRAGMA writable_schema = ON",
+        "PRAGMA query_only = OFF",
+        f"VACUUM INTO '{tmp_path / 'copy.db'}'",
+        "SELECT load_extension('/lib/x86_64-linux-gnu/libc.so.6')",
+        "BEGIN",
+        "SELECT 1; DELETE FROM city",
+        "REINDEX",
+    ]
+    for sql in hostile:
+        with pytest.raises(SqlError):
+            sandbox.execute(sql)
+    assert not (tmp_path / "copy.db").exists()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert sandbox.execute("SELECT count(*) FROM city") == [(4079,)]
+
+
+def test_runaway_queries_are_stopped(sandbox):
+    with pytest.raises(QueryTimeout):
+        sandbox.execute(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
+        )
+    with pytest.raises(SqlError, match="more than"):
+        sandbox.execute("SELECT * FROM city a, city b")
+    with pytest.raises(SqlError, match="too big"):
+        sandbox.execute("SELECT zeroblob(100000000)")
+    assert sandbox.execute("SELECT Name FROM city WHERE ID = 1") == [("Kabul",)]
+
+
+def test_mysql_collation_and_functions(sandbox):
+    assert sandbox.execute("SELECT count(*) FROM city WHERE Name = 'KABUL  '") == [(1,)]
+    assert sandbox.execute("SELECT CONCAT(Name, '-', CountryCode) FROM city WHERE ID = 1") == [("Kabul-AFG",)]
+    assert sandbox.execute("SELECT count(*) FROM country WHERE GovernmentForm REGEXP '^republic$'") == [
+        (122,)
+    ]
+    assert sandbox.execute("SELECT YEAR('2014-05-06'), MONTH('2014-05-06'), IF(1 > 2, 'a', 'b')") == [
+        (2014, 5, "b")
+    ]
+
+
+# -- the environment -----------------------------------------------------------------------------------------
+def test_splits_are_by_database_and_cover_every_task(env):
+    splits = {name: env.tasks(name) for name in env.splits()}
+    assert {k: len(v) for k, v in splits.items()} == {"train": 661, "test_seen": 159, "test_unseen": 214}
+    every = list(itertools.chain(*splits.values()))
+    assert sorted(every, key=int) == [str(i) for i in range(1034)]
+    db = {split: {env.record(t)["db"].lower() for t in ids} for split, ids in splits.items()}
+    assert db["test_unseen"] == set(UNSEEN_DATABASES)
+    assert db["test_seen"] <= db["train"] and not db["train"] & db["test_unseen"]
+    with pytest.raises(ValueError, match="unknown intercode_sql split"):
+        env.tasks("dev")
+
+
+def test_an_episode_is_scored_like_intercode(env):
+    text = env.reset("0")
+    assert text.startswith("Database: poker_player\nQuestion: What are the names of poker players")
+    assert env.max_steps("0") == MAX_STEPS
+    observation, score, done, _ = env.step("SELECT player_name FROM poker_players")
+    assert observation == "Error executing query: Table 'poker_player.poker_players' doesn't exist"
+    assert (score, done) == (0.0, False)
+    assert env.step("SHOW TABLES")[0] == "[('people',), ('poker_player',)]"
+    answer = "SELECT T1.Name FROM people AS T1 JOIN poker_player AS T2 ON T1.People_ID = T2.People_ID"
+    _, score, done, _ = env.step(f"```sql\n{answer} ORDER BY T2.Final_Table_Made;\n```")
+    assert (score, done) == (1.0, False)
+    _, reversed_score, _, _ = env.step(answer + " ORDER BY T2.Final_Table_Made DESC")
+    assert reversed_score == 0.0  # InterCode would say -1.0: clamped
+    env.step(answer + " ORDER BY T2.Final_Table_Made")
+    _, score, done, _ = env.step("submit")
+    assert (score, done) == (1.0, True)
+    with pytest.raises(RuntimeError, match="without an episode"):
+        env.step("SHOW TABLES")
+
+
+def test_emulated_commands_and_errors(env):
+    env.reset("0")
+    assert env.step("DESCRIBE nope")[0] == "Error executing query: Table 'poker_player.nope' doesn't exist"
+    assert env.step("USE nowhere")[0] == "Error executing query: Unknown database 'nowhere'"
+    assert env.step("USE poker_player")[0] == "None"
+    assert "('world_1',)" in env.step("SHOW DATABASES")[0]
+    assert (
+        env.step("SELECT Nme FROM people")[0] == "Error executing query: Unknown column 'Nme' in 'field list'"
+    )
+    assert (
+        env.step("DELETE FROM people")[0]
+        == "Error executing query: command denied: the database is read-only"
+    )
+    assert mysql_error_message('near "FORM": syntax error', "x").startswith(
+        "You have an error in your SQL syntax"
+    )
+    assert normalize_action("  SELECT 1;  ") == "SELECT 1"
+
+
+def test_long_observations_can_be_truncated(cache):
+    short = InterCodeSqlEnv(cache_root=cache, max_observation_chars=50)
+    short.reset("0")
+    observation, _, _, _ = short.step("SELECT * FROM people")
+    assert len(observation) == 50 + len(" ... (truncated)") and observation.endswith("(truncated)")
+    short.close()
+
+
+def test_registry_builds_it():
+    environment = make("intercode_sql")
+    assert environment.name == "intercode_sql" and len(environment.tasks("train")) == 661
+    environment.close()
+
+
+# -- InterCode's recorded rewards and the experts ----------------------------------------------------------
+def test_reward_agreement_with_intercodes_recorded_gpt4_rewards(env, episodes):
+    """Every GPT-4 action replayed on SQLite: our score after each turn vs. InterCode's recorded reward."""
+    report = reward_agreement(env, episodes)
+    summary = report.summary()
+    assert summary["episodes"] == 1034 and summary["turns"] == 5834 and summary["harness_turns_skipped"] == 33
+    # Measured 0.981 / 0.959 / 0.965; the rest are MySQL-vs-SQLite row order, MySQL-only errors
+    # (ONLY_FULL_GROUP_BY, scalar subqueries of several rows) and DECIMAL result types.
+    assert summary["turn_agreement"] >= 0.975
+    assert summary["final_reward_agreement"] >= 0.95
+    assert summary["success_agreement"] >= 0.96
+
+
+def test_experts_are_gpt4_wins_replayed_to_reward_one(env, episodes):
+    trajectories, dropped = expert_trajectories(env, "train", episodes)
+    assert len(trajectories) == 464
+    reasons = collections.Counter(reason.split(" scored")[0] for reason in dropped.values())
+    assert reasons == {"GPT-4 never reached reward 1": 180, "replay": 17}
+    for trajectory in trajectories:
+        assert trajectory.reward == 1.0 and trajectory.agent == "expert"
+        assert parse_action(trajectory.actions[-1]) == "submit"
+        assert all(a.startswith("Thought: ") and parse_action(a) for a in trajectory.actions)
+    for episode in episodes:
+        steps = expert_steps(episode)
+        if steps is None:
+            assert 1.0 not in episode.rewards
+        else:
+            assert len(steps) == episode.rewards.index(1.0) + 2 and steps[-1].action == "submit"
+    rejected = f"{HARNESS_REJECTION}:\n```SQL\nYour SQL code here\n```\n"
+    synthetic = GptEpisode(
+        "0",
+        ("SHOW TABLES;", "SHOW TABLES", "SELECT x FROM t", "SELECT y FROM t", "SELECT z FROM t"),
+        (rejected, "[('t',)]", "Error executing query: Unknown column", "[(1,)]", "[(2,)]"),
+        (0.0, 0.0, 0.0, 1.0, 0.0),
+    )
+    assert expert_steps(synthetic) == [
+        ExpertStep("I should find out which tables the database has.", "SHOW TABLES"),
+        ExpertStep("Let me query the data to get closer to the answer.", "SELECT x FROM t"),
+        ExpertStep("The last command failed, so I will correct it.", "SELECT y FROM t"),
+        ExpertStep("The last result answers the question, so I will submit it.", "submit"),
+    ]
+
+
+# -- through the rollout loop --------------------------------------------------------------------------------
+def test_scripted_experts_through_the_rollout_loop_reach_reward_one(env, episodes, tmp_path, cache):
+    experts = {t.task_id: t for t in expert_trajectories(env, "test_seen", episodes)[0][:6]}
+
+    def reply(request):
+        return experts[request.task_id].actions[(len(request.messages) - 3) // 2]
+
+    actor = ScriptedActor(reply, num_slots=3)
+    trajectories, stats = run_rollouts(
+        lambda: InterCodeSqlEnv(cache_root=cache),
+        actor,
+        list(experts),
+        str(tmp_path / "sql.jsonl"),
+        RolloutConfig(agent="expert", show_progress=False),
+    )
+    assert stats.episodes == 6 and stats.successes == 6
+    for trajectory in trajectories:
+        assert trajectory.extra["terminate_reason"] == "done" and trajectory.reward == 1.0
+        assert trajectory.messages == experts[trajectory.task_id].messages
+
+
+@pytest.mark.slow
+def test_smollm2_plays_sql_episodes_through_the_rollout_loop(env, smollm2_gguf_path, tmp_path, cache):
+    """The real SmolLM2-135M-Instruct (GGUF) queries the SQLite databases through the KV-cache actor."""
+    from coevo_jax.models import load_pretrained
+
+    model, tokenizer = load_pretrained(smollm2_gguf_path)
+    codec = TurnCodec(tokenizer, chat_format_for(tokenizer))
+    sampler, params = Sampler.for_model(
+        model,
+        batch_size=2,
+        cache_len=1024,
+        sampling=SamplingConfig(max_new_tokens=48),
+        stops=StopConfig(stop_ids=codec.end_of_turn_ids),
+    )
+    actor = ModelActor(
+        sampler, params, codec, stop_strings=("Observation:",), model_name="SmolLM2-135M-Instruct"
+    )
+    tasks = env.tasks("test_unseen")[:3]
+    trajectories, stats = run_rollouts(
+        lambda: InterCodeSqlEnv(cache_root=cache, max_observation_chars=400),
+        actor,
+        tasks,
+        str(tmp_path / "smollm2_sql.jsonl"),
+        RolloutConfig(max_steps=3, show_progress=False),
+    )
+    assert stats.episodes == 3 and sampler.compilations <= 4
+    assert sorted(t.task_id for t in trajectories) == sorted(tasks)
+    for trajectory in trajectories:
+        assert trajectory.env == "intercode_sql" and 0.0 <= trajectory.reward <= 1.0
+        assert trajectory.extra["terminate_reason"] in ("max_steps", "done")
+        assert trajectory.messages[2].content.startswith("Database: ")
+        observations = [m.content for m in trajectory.messages[4::2]]
+        assert all(o.startswith("Observation: ") for o in observations)
