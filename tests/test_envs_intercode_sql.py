@@ -10,8 +10,8 @@ import sqlite3
 import numpy as np
 import pytest
 import scipy.stats
+from rollout_fixtures import smollm2_actor
 
-from coevo_jax.data.chat_format import chat_format_for
 from coevo_jax.envs import make
 from coevo_jax.envs.base import ExpertStep
 from coevo_jax.envs.intercode_sql import (
@@ -40,8 +40,7 @@ from coevo_jax.envs.intercode_sql_mysql import install as install_mysql_compat
 from coevo_jax.envs.intercode_sql_reward import intercode_reward, kendall_tau_b
 from coevo_jax.envs.intercode_sql_sandbox import QueryTimeout, SqlError, SqlSandbox
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, parse_action
-from coevo_jax.rollout import ModelActor, RolloutConfig, ScriptedActor, TurnCodec, run_rollouts
-from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
+from coevo_jax.rollout import RolloutConfig, ScriptedActor, run_rollouts
 
 
 @pytest.fixture(scope="module")
@@ -407,20 +406,7 @@ def test_scripted_experts_through_the_rollout_loop_reach_reward_one(env, episode
 @pytest.mark.slow
 def test_smollm2_plays_sql_episodes_through_the_rollout_loop(env, smollm2_gguf_path, tmp_path, cache):
     """The real SmolLM2-135M-Instruct (GGUF) queries the SQLite databases through the KV-cache actor."""
-    from coevo_jax.models import load_pretrained
-
-    model, tokenizer = load_pretrained(smollm2_gguf_path)
-    codec = TurnCodec(tokenizer, chat_format_for(tokenizer))
-    sampler, params = Sampler.for_model(
-        model,
-        batch_size=2,
-        cache_len=1024,
-        sampling=SamplingConfig(max_new_tokens=48),
-        stops=StopConfig(stop_ids=codec.end_of_turn_ids),
-    )
-    actor = ModelActor(
-        sampler, params, codec, stop_strings=("Observation:",), model_name="SmolLM2-135M-Instruct"
-    )
+    actor, sampler, _ = smollm2_actor(smollm2_gguf_path, cache_len=1024, max_new_tokens=48)
     tasks = env.tasks("test_unseen")[:3]
     trajectories, stats = run_rollouts(
         lambda: InterCodeSqlEnv(cache_root=cache, max_observation_chars=400),

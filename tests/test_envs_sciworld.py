@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from rollout_fixtures import smollm2_actor
 
 from coevo_jax.envs.sciworld import SciWorldEnv
 from coevo_jax.envs.sciworld_data import DATA_DIR, load_data, split_task_id
@@ -459,23 +460,7 @@ class _ActingModel:
 @pytest.mark.slow
 def test_smollm2_plays_sciworld_episodes_through_run_rollouts(smollm2_gguf_path, tmp_path):
     """The real SmolLM2-135M-Instruct (GGUF) plays ScienceWorld through the whole loop, two slots at once."""
-    from coevo_jax.data.chat_format import chat_format_for
-    from coevo_jax.models import load_pretrained
-    from coevo_jax.rollout import ModelActor, TurnCodec
-    from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
-
-    model, tokenizer = load_pretrained(smollm2_gguf_path)
-    codec = TurnCodec(tokenizer, chat_format_for(tokenizer))
-    sampler, params = Sampler.for_model(
-        model,
-        batch_size=2,
-        cache_len=2048,
-        sampling=SamplingConfig(max_new_tokens=40),
-        stops=StopConfig(stop_ids=codec.end_of_turn_ids),
-    )
-    actor = ModelActor(
-        sampler, params, codec, stop_strings=("Observation:",), model_name="SmolLM2-135M-Instruct"
-    )
+    actor, sampler, _ = smollm2_actor(smollm2_gguf_path, cache_len=2048, max_new_tokens=40)
     envs = []
 
     def factory():

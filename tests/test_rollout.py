@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from rollout_fixtures import smollm2_actor
 from train_fixtures import TINY
 
 from coevo_jax.data.chat_format import chat_format_for
@@ -273,21 +274,8 @@ def test_tiny_model_samples_k_per_task_with_temperature(env, tokenizer, tiny_mod
 @pytest.mark.slow
 def test_smollm2_plays_batched_episodes_with_the_cache(env, smollm2_gguf_path, tmp_path):
     """The real SmolLM2-135M-Instruct (GGUF) through the whole loop: ChatML template, <|im_end|> stops."""
-    from coevo_jax.models import load_pretrained
-
-    model, tokenizer = load_pretrained(smollm2_gguf_path)
-    codec = TurnCodec(tokenizer, chat_format_for(tokenizer))
-    assert tokenizer.convert_ids_to_tokens(list(codec.end_of_turn_ids)) == ["<|im_end|>"]
-    sampler, params = Sampler.for_model(
-        model,
-        batch_size=2,
-        cache_len=1024,
-        sampling=SamplingConfig(max_new_tokens=40),
-        stops=StopConfig(stop_ids=codec.end_of_turn_ids),
-    )
-    actor = ModelActor(
-        sampler, params, codec, stop_strings=("Observation:",), model_name="SmolLM2-135M-Instruct"
-    )
+    actor, sampler, codec = smollm2_actor(smollm2_gguf_path, cache_len=1024, max_new_tokens=40)
+    assert codec.tokenizer.convert_ids_to_tokens(list(codec.end_of_turn_ids)) == ["<|im_end|>"]
     tasks = env.tasks("test_seen")[:2]
     trajectories, stats = run_rollouts(
         _factory, actor, tasks, str(tmp_path / "t.jsonl"), RolloutConfig(max_steps=3, **QUIET)
