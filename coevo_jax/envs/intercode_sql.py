@@ -57,32 +57,39 @@ _SHOW_TABLES = re.compile(r"^SHOW\s+(?:FULL\s+)?TABLES(?:\s+LIKE\s+'([^']*)')?$"
 _SHOW_DATABASES = re.compile(r"^SHOW\s+(?:DATABASES|SCHEMAS)$", re.I)
 _USE = re.compile(r"^USE\s+`?(\w+)`?$", re.I)
 _FENCE = re.compile(r"^```(?:sql|mysql)?\s*(.*?)\s*```$", re.I | re.S)
-_SQLITE_TO_MYSQL = (
-    (re.compile(r"^no such table: (?:\w+\.)?(\w+)$"), "Table '{db}.{0}' doesn't exist"),
-    (re.compile(r"^no such column: (.+)$"), "Unknown column '{0}' in 'field list'"),
-    (re.compile(r"^ambiguous column name: (.+)$"), "Column '{0}' in field list is ambiguous"),
-    (
-        re.compile(r'^near "(.*)": syntax error$', re.S),
-        "You have an error in your SQL syntax; check the manual that corresponds to your MySQL server "
-        "version for the right syntax to use near '{0}' at line 1",
-    ),
-    (
-        re.compile(r"^incomplete input$"),
-        "You have an error in your SQL syntax; check the manual that "
-        "corresponds to your MySQL server version for the right syntax to use near '' at line 1",
-    ),
-    (re.compile(r"^not authorized.*$"), "command denied: the database is read-only"),
-    (re.compile(r"^authorization denied$"), "command denied: the database is read-only"),
+_SYNTAX_ERROR = (
+    "You have an error in your SQL syntax; check the manual that corresponds to your MySQL server "
+    "version for the right syntax to use near '{0}' at line 1"
+)
+
+
+def _missing_table(db: str, table: str) -> str:
+    return f"Table '{db}.{table.lower()}' doesn't exist"  # the server stored names in lower case
+
+
+# SQLite message pattern -> MySQL message from (match, db).
+_SQLITE_TO_MYSQL = tuple(
+    (re.compile(pattern, re.S), reword)
+    for pattern, reword in (
+        (r"^no such table: (?:\w+\.)?(\w+)$", lambda m, db: _missing_table(db, m[1])),
+        (r"^no such column: (.+)$", lambda m, db: f"Unknown column '{m[1]}' in 'field list'"),
+        (r"^ambiguous column name: (.+)$", lambda m, db: f"Column '{m[1]}' in field list is ambiguous"),
+        (r'^near "(.*)": syntax error$', lambda m, db: _SYNTAX_ERROR.format(m[1])),
+        (r"^incomplete input$", lambda m, db: _SYNTAX_ERROR.format("")),
+        (
+            r"^(?:not authorized.*|authorization denied)$",
+            lambda m, db: "command denied: the database is read-only",
+        ),
+    )
 )
 
 
 def mysql_error_message(message: str, db: str) -> str:
     """SQLite's error text in MySQL's wording where one is known (what InterCode's agents were shown)."""
-    for pattern, template in _SQLITE_TO_MYSQL:
+    for pattern, reword in _SQLITE_TO_MYSQL:
         match = pattern.match(message)
         if match:
-            groups = [g.lower() if template.startswith("Table") else g for g in match.groups()]
-            return template.format(*groups, db=db)
+            return reword(match, db)
     return message
 
 
@@ -221,7 +228,7 @@ class InterCodeSqlEnv(Environment):
         if described:
             table = described.group(1).lower()
             if table not in self._schema[self._db]:
-                return f"Error executing query: Table '{self._db}.{table}' doesn't exist"
+                return f"Error executing query: {_missing_table(self._db, table)}"
             return [column.describe_row() for column in self._schema[self._db][table]]
         used = _USE.match(statement)
         if used:
