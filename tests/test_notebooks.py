@@ -15,7 +15,8 @@ def test_there_are_notebooks():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path, tmp_path):
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("COEVO_NOTEBOOK_BUDGET", "tiny")  # the reproduction notebook's smoke budget
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}

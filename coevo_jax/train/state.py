@@ -89,11 +89,22 @@ def abstract_state(model_cfg: ModelConfig, tx, shardings: TrainState) -> TrainSt
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
 
 
+_JITTED_INITS: dict = {}
+
+
 def _init_params(model_cfg: ModelConfig, key: jax.Array) -> dict:
     return nnx.to_pure_dict(nnx.state(Decoder(model_cfg, rngs=nnx.Rngs(params=key)), nnx.Param))
 
 
-_JITTED_INITS: dict = {}
+def init_params(model_cfg: ModelConfig, param_shardings: dict, key: jax.Array) -> dict:
+    """Freshly initialised parameters (pure dict), each array created directly in its sharding."""
+    leaves, treedef = jax.tree.flatten(param_shardings)
+    cache_key = ("params", model_cfg, treedef, tuple(leaves))
+    if cache_key not in _JITTED_INITS:
+        _JITTED_INITS[cache_key] = jax.jit(
+            lambda k: _init_params(model_cfg, k), out_shardings=param_shardings
+        )
+    return _JITTED_INITS[cache_key](key)
 
 
 def _jitted_once(kind: str, build, model_cfg, tx, shardings: TrainState):

@@ -1,0 +1,176 @@
+"""`ExperimentConfig`: everything one run of the main job needs, as frozen dataclasses.
+
+Built once from the ml_collections ConfigDict at the entry point (`from_mapping`); the library below never
+reads a ConfigDict. Unknown fields are errors naming the group they were found in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from coevo_jax.train.mapping import dataclass_from_mapping
+
+METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
+METHOD_TITLES = {
+    "sft": "SFT",
+    "rft": "RFT",
+    "eto": "ETO",
+    "coevo": "CoEvolving",
+    "coevo_positive": "CoEvolving (positive agent)",
+    "coevo_frozen": "CoEvolving (frozen failure agent)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """The environment, its splits and how many tasks of each are used (None: all of them)."""
+
+    name: str = "builtin"
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    train_split: str = "train"
+    eval_splits: tuple[str, ...] = ("test_seen", "test_unseen")
+    explore_tasks: int | None = None  # train tasks explored per iteration (the first N)
+    eval_tasks: int | None = None  # tasks per evaluation split (the first N)
+    expert_tasks: int | None = None  # expert trajectories used for SFT (the first N)
+    experts_path: str = ""  # a JSONL/JSON trajectory file instead of the environment's own experts
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Where the policy comes from: 'scratch' (random init, tokenizer trained on the experts) or a
+    checkpoint ('smollm2' for the bundled GGUF, or a local HF directory / .gguf path)."""
+
+    source: str = "scratch"
+    vocab_size: int = 1024  # scratch: size of the trained tokenizer
+    hidden_size: int = 256
+    intermediate_size: int = 688
+    num_layers: int = 4
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    head_dim: int = 32
+    compute_dtype: str = "bfloat16"  # training
+    param_dtype: str = "float32"
+    sample_dtype: str = "float32"  # rollouts (float32 decodes faster on CPUs)
+    remat: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    """Behavioural cloning (eq. 5): ETO's recipe by default (lr 2e-5 cosine, 3 epochs, 3% warmup)."""
+
+    epochs: int = 3
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.03
+    batch_size: int = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class DPOConfig:
+    """DPO phases (ETO, eq. 7, eq. 9): per-iteration lr and beta (the last value repeats)."""
+
+    epochs: int = 3
+    pairs_per_batch: int = 8
+    learning_rates: tuple[float, ...] = (1e-6,)
+    betas: tuple[float, ...] = (0.1,)
+    warmup_steps: int = 0
+    max_pairs_per_task: int | None = None
+    include_within_agent: bool = False  # D_fail also pairs failures within each agent (not in eq. 6)
+
+    def learning_rate(self, iteration: int) -> float:
+        return self.learning_rates[min(iteration, len(self.learning_rates)) - 1]
+
+    def beta(self, iteration: int) -> float:
+        return self.betas[min(iteration, len(self.betas)) - 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSpec:
+    """Sampling for exploration (evaluation is always greedy) and the rollout loop's shape."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    samples_per_task: int = 1
+    max_new_tokens: int = 128
+    cache_len: int = 2048
+    rows: int = 8  # KV-cache rows per group
+    groups: int = 2  # groups alternate between device and environments
+    env_workers: int = 4
+    stop_strings: tuple[str, ...] = ("Observation:",)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """One run: which methods, for how many iterations, on which environment and policy."""
+
+    env: EnvConfig = EnvConfig()
+    model: ModelSpec = ModelSpec()
+    sft: SFTConfig = SFTConfig()
+    dpo: DPOConfig = DPOConfig()
+    rollout: RolloutSpec = RolloutSpec()
+    methods: tuple[str, ...] = ("sft", "eto", "coevo")
+    iterations: int = 3
+    seed: int = 0
+    max_length: int = 4096
+    min_bucket: int = 128
+    num_microbatches: int = 1
+    sft_per_token: bool = True
+    checkpoint_every_steps: int = 50  # mid-phase TrainState checkpoints (resume inside a phase)
+    mesh_axes: tuple[tuple[str, int], ...] = (("data", -1), ("fsdp", 1), ("tensor", 1))
+    log_every_steps: int = 10
+    show_progress: bool = True
+
+    def __post_init__(self):
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods:
+            raise ValueError(f"methods {list(self.methods)}: each must be one of {METHODS}")
+        if self.iterations < 1:
+            raise ValueError(f"iterations must be >= 1, got {self.iterations}")
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> ExperimentConfig:
+        """From a ConfigDict/dict whose groups (env, model, sft, dpo, rollout) are mappings too."""
+        config = _plain(config)
+        groups = {
+            "env": EnvConfig,
+            "model": ModelSpec,
+            "sft": SFTConfig,
+            "dpo": DPOConfig,
+            "rollout": RolloutSpec,
+        }
+        fields = dict(config)
+        for name, group_cls in groups.items():
+            if name in fields:
+                fields[name] = dataclass_from_mapping(group_cls, _tuples(fields[name]), name)
+        return dataclass_from_mapping(cls, _tuples(fields), "experiment")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (lists for tuples); `from_mapping(to_json())` gives an equal config."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+def _plain(value):
+    """ConfigDict / FrozenConfigDict -> nested dicts and tuples."""
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _tuples(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Mapping-valued `kwargs` become sorted item tuples; lists become tuples (frozen, hashable)."""
+    out = {}
+    for key, value in fields.items():
+        if key == "kwargs" and isinstance(value, Mapping):
+            value = tuple(sorted(value.items()))
+        elif key == "kwargs":
+            value = tuple(tuple(item) for item in value)
+        elif key == "mesh_axes":
+            value = tuple(tuple(pair) for pair in value)
+        out[key] = value
+    return out

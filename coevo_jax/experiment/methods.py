@@ -1,0 +1,158 @@
+"""The algorithms of the paper's Table 1 and its ablations, each a loop over `Stages`.
+
+Every method returns its iterations as results.json entries (see `coevo_jax.experiment.report`):
+iteration 0 is the SFT target policy's evaluation; each later iteration explores, builds pairs, trains
+and evaluates the new target policy.
+
+* `sft`: behavioural cloning only (iteration 0).
+* `rft`: each iteration adds the policy's own successes on the train tasks to the expert set (all
+  iterations' successes so far) and fine-tunes the current policy on it with the SFT recipe.
+* `eto`: explore with the target policy, pair the expert with each prediction, DPO (weights (1, 0)).
+* `coevo`: both agents explore; the failure agent is trained by DPO on D_fail (eq. 6-7), the target
+  agent on D_tgt with eq. 9's weights.
+* `coevo_positive`: the failure agent replaced by a "positive agent" that learns as ETO does; the target
+  agent's D_tgt uses the positive agent's episodes in its place.
+* `coevo_frozen`: the failure agent stays the SFT policy (it explores afresh every iteration, never trains).
+"""
+
+from __future__ import annotations
+
+from coevo_jax.data import pairs as pair_builders
+from coevo_jax.experiment.rollouts import usable
+from coevo_jax.experiment.stages import Stages
+
+
+def _iteration(k: int, evaluation: dict, explore: dict | None = None, pairs=None, train=None) -> dict:
+    entry = {"iteration": k, "eval": evaluation}
+    if explore:
+        entry["explore"] = explore
+    if pairs:
+        entry["pairs"] = pairs
+    if train:
+        entry["train"] = train
+    return entry
+
+
+def _pair_summary(record: dict) -> dict:
+    dataset = record.get("dataset", {})
+    return {
+        "pairs": int(dataset.get("num_pairs", record.get("pairs", 0))),
+        "hard_negatives": int(dataset.get("num_hard_negatives", 0)),
+        "by_kind": dataset.get("pairs_by_kind", {}),
+    }
+
+
+def _train_summary(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in ("history", "dataset", "fit")}
+
+
+def run_sft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    entry = _iteration(0, stages.evaluate("sft_target"))
+    on_iteration(entry)
+    return [entry]
+
+
+def run_rft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    current, successes = "sft_target", []
+    history = run_sft(stages, iterations, on_iteration)
+    for k in range(1, iterations + 1):
+        explored, summary = stages.explore(current, k)
+        successes += [t for t in usable(explored) if t.reward >= 1.0]
+        data = pair_builders.select_rft(stages.experts, successes)
+        current, record = stages.train_sft(f"rft_it{k}_target", current, data, k)
+        entry = _iteration(
+            k, stages.evaluate(current), {"target": summary}, train={"target": _train_summary(record)}
+        )
+        entry["train"]["target"]["examples"] = len(data)
+        on_iteration(entry)
+        history.append(entry)
+    return history
+
+
+def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    current = "sft_target"
+    history = run_sft(stages, iterations, on_iteration)
+    for k in range(1, iterations + 1):
+        explored, summary = stages.explore(current, k)
+        current, record = stages.train_pairs(
+            f"eto_it{k}_target",
+            current,
+            lambda explored=explored: pair_builders.build_eto_pairs(
+                stages.experts, usable(explored), max_pairs_per_task=stages.setup.cfg.dpo.max_pairs_per_task
+            ),
+            kind="dpo",
+            iteration=k,
+        )
+        entry = _iteration(
+            k,
+            stages.evaluate(current),
+            {"target": summary},
+            {"target": _pair_summary(record)},
+            {"target": _train_summary(record)},
+        )
+        on_iteration(entry)
+        history.append(entry)
+    return history
+
+
+def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "coevo") -> list[dict]:
+    """`variant`: 'coevo' (the paper), 'coevo_positive' or 'coevo_frozen' (the ablations)."""
+    target, second = "sft_target", stages.base_sft("failure")
+    cap = stages.setup.cfg.dpo.max_pairs_per_task
+    within = stages.setup.cfg.dpo.include_within_agent
+    history = run_sft(stages, iterations, on_iteration)
+    for k in range(1, iterations + 1):
+        target_eps, target_summary = stages.explore(target, k)
+        second_eps, second_summary = stages.explore(second, k)
+        target_eps, second_eps = usable(target_eps), usable(second_eps)
+        pairs, train = {}, {}
+        if variant == "coevo":
+            second, record = stages.train_pairs(
+                f"{variant}_it{k}_failure",
+                second,
+                lambda t=target_eps, f=second_eps: pair_builders.build_failure_pairs(
+                    t, f, include_within_agent=within, max_pairs_per_task=cap
+                ),
+                kind="dpo",
+                iteration=k,
+            )
+        elif variant == "coevo_positive":
+            second, record = stages.train_pairs(
+                f"{variant}_it{k}_failure",
+                second,
+                lambda f=second_eps: pair_builders.build_positive_agent_pairs(
+                    stages.experts, f, max_pairs_per_task=cap
+                ),
+                kind="dpo",
+                iteration=k,
+            )
+        else:
+            record = None
+        if record is not None:
+            pairs["failure"], train["failure"] = _pair_summary(record), _train_summary(record)
+        target, record = stages.train_pairs(
+            f"{variant}_it{k}_target",
+            target,
+            lambda t=target_eps, f=second_eps: pair_builders.build_target_pairs(
+                stages.experts, t, f, max_pairs_per_task=cap
+            ),
+            kind="target",
+            iteration=k,
+        )
+        pairs["target"], train["target"] = _pair_summary(record), _train_summary(record)
+        entry = _iteration(
+            k, stages.evaluate(target), {"target": target_summary, "failure": second_summary}, pairs, train
+        )
+        on_iteration(entry)
+        history.append(entry)
+    return history
+
+
+METHOD_RUNNERS = {
+    "sft": run_sft,
+    "rft": run_rft,
+    "eto": run_eto,
+    "coevo": run_coevo,
+    "coevo_positive": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_positive"),
+    "coevo_frozen": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_frozen"),
+}

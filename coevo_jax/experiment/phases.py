@@ -1,0 +1,208 @@
+"""Training phases of a run: SFT (eq. 5) on trajectories, DPO (ETO, eq. 7) or eq. 9 on preference pairs.
+
+Each phase starts a fresh AdamW state from its start parameters, walks `epochs` seeded shuffles of its
+bucketed batches, and saves a mid-phase checkpoint (TrainState + epoch/batch position) every
+`checkpoint_every_steps` updates, so a killed run resumes inside the phase with the same batches in the
+same order. DPO phases compute the reference log-probs (the policy as the phase starts) once per pair
+before the first update and keep them on the host; every epoch's batches carry them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from coevo_jax import checkpoints, sharding
+from coevo_jax.data.batching import (
+    collate_dpo,
+    collate_sft,
+    plan_batches,
+    power_of_two_buckets,
+    tokenize_pairs,
+    tokenize_sft_examples,
+)
+from coevo_jax.experiment.policy import PolicySetup
+from coevo_jax.experiment.store import RunStore
+from coevo_jax.train import MetricsLog, OptimizerConfig, dpo_config, train_state_from_params
+
+REFERENCE_FILE = "reference_logps.npz"
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseSpec:
+    """What one phase trains: its stage name, step kind ('sft', 'dpo' or 'target'), optimizer and beta."""
+
+    name: str
+    kind: str
+    optimizer: OptimizerConfig
+    beta: float
+    epochs: int
+    seed: int
+
+
+def _buckets(setup: PolicySetup) -> tuple[int, ...]:
+    return power_of_two_buckets(setup.cfg.max_length, setup.cfg.min_bucket)
+
+
+def _place(setup: PolicySetup, batch: dict) -> dict:
+    layout = sharding.device_layout(batch, setup.cfg.num_microbatches)
+    return sharding.place_batch(layout, setup.mesh, setup.rules)
+
+
+def sft_phase(
+    setup: PolicySetup, store: RunStore, name: str, params: dict, trajectories: Sequence, *, seed: int
+) -> tuple[dict, dict]:
+    """Behavioural cloning of `trajectories` from `params`; returns (new params, summary)."""
+    cfg = setup.cfg
+    examples, fit = tokenize_sft_examples(
+        trajectories, setup.tokenizer, setup.chat_format, max_length=cfg.max_length
+    )
+    if not examples:
+        raise ValueError(f"{name}: no SFT example fits max_length={cfg.max_length}")
+    buckets, batch_size = _buckets(setup), cfg.sft.batch_size
+    pad = setup.tokenizer.pad_token_id
+
+    def epoch_batches(epoch: int) -> list[dict]:
+        plan = plan_batches([len(e) for e in examples], batch_size, buckets, seed=seed * 1000 + epoch)
+        return [
+            collate_sft([examples[i] for i in idx], length=length, batch_size=batch_size, pad_id=pad)
+            for length, idx in plan
+        ]
+
+    steps_per_epoch = len(plan_batches([len(e) for e in examples], batch_size, buckets, seed=0))
+    total = max(cfg.sft.epochs * steps_per_epoch, 2)
+    warmup = min(int(cfg.sft.warmup_ratio * total), total - 1)
+    optimizer = OptimizerConfig(
+        learning_rate=cfg.sft.learning_rate, schedule="cosine", warmup_steps=warmup, total_steps=total
+    )
+    spec = PhaseSpec(name, "sft", optimizer, 0.1, cfg.sft.epochs, seed)
+    params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch)
+    return params, {**summary, "examples": len(examples), "fit": fit.to_dict()}
+
+
+def dpo_phase(
+    setup: PolicySetup,
+    store: RunStore,
+    name: str,
+    params: dict,
+    pairs: Sequence,
+    *,
+    kind: str,
+    learning_rate: float,
+    beta: float,
+    seed: int,
+) -> tuple[dict, dict]:
+    """DPO ('dpo': ETO / eq. 7) or weighted DPO + SFT ('target': eq. 9) on `pairs` from `params`."""
+    cfg = setup.cfg
+    tokenized, fit = tokenize_pairs(pairs, setup.tokenizer, setup.chat_format, max_length=cfg.max_length)
+    if not tokenized:
+        return params, {"steps": 0, "pairs": 0, "fit": fit.to_dict(), "skipped": "no pairs"}
+    buckets, per_batch = _buckets(setup), cfg.dpo.pairs_per_batch
+    pad = setup.tokenizer.pad_token_id
+    lengths = [len(p) for p in tokenized]
+    spec = PhaseSpec(name, kind, dpo_config(learning_rate, cfg.dpo.warmup_steps), beta, cfg.dpo.epochs, seed)
+    ref_chosen, ref_rejected = _reference_logps(setup, store, spec, params, tokenized)
+
+    def epoch_batches(epoch: int) -> list[dict]:
+        out = []
+        for length, idx in plan_batches(lengths, per_batch, buckets, seed=seed * 1000 + epoch):
+            batch = collate_dpo(
+                [tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad
+            )
+            rows = np.zeros(per_batch, np.int64)
+            rows[: len(idx)] = idx
+            batch["ref_chosen_logps"] = ref_chosen[rows]
+            batch["ref_rejected_logps"] = ref_rejected[rows]
+            out.append(batch)
+        return out
+
+    steps_per_epoch = len(plan_batches(lengths, per_batch, buckets, seed=0))
+    params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch)
+    return params, {**summary, "pairs": len(tokenized), "fit": fit.to_dict()}
+
+
+def _reference_logps(setup, store, spec: PhaseSpec, params, tokenized) -> tuple[np.ndarray, np.ndarray]:
+    """log pi_ref of each pair's chosen and rejected side (float32 [P] each), cached in the phase dir."""
+    path = os.path.join(store.scratch_dir(spec.name), REFERENCE_FILE)
+    if os.path.exists(path):
+        with np.load(path) as saved:
+            if len(saved["chosen"]) == len(tokenized):
+                return saved["chosen"], saved["rejected"]
+    steps, _, _ = setup.steps(spec.optimizer, spec.beta)
+    per_batch, pad = setup.cfg.dpo.pairs_per_batch, setup.tokenizer.pad_token_id
+    chosen = np.zeros(len(tokenized), np.float32)
+    rejected = np.zeros(len(tokenized), np.float32)
+    plan = plan_batches([len(p) for p in tokenized], per_batch, _buckets(setup), seed=0, shuffle=False)
+    for length, idx in plan:
+        batch = collate_dpo([tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad)
+        batch = {k: v for k, v in batch.items() if k in steps.reference.keys or k == "pair_mask"}
+        placed = _place(setup, batch)
+        c, r = jax.device_get(steps.reference(params, placed))
+        chosen[list(idx)] = np.asarray(c).reshape(-1)[: len(idx)]
+        rejected[list(idx)] = np.asarray(r).reshape(-1)[: len(idx)]
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, chosen=chosen, rejected=rejected)
+    os.replace(tmp, path)
+    return chosen, rejected
+
+
+def _train(
+    setup: PolicySetup,
+    store: RunStore,
+    spec: PhaseSpec,
+    params: dict,
+    epoch_batches: Callable[[int], list[dict]],
+    steps_per_epoch: int,
+) -> tuple[dict, dict]:
+    """The shared update loop with mid-phase checkpoints; returns (params, summary of the last metrics)."""
+    cfg = setup.cfg
+    steps, tx, shardings = setup.steps(spec.optimizer, spec.beta)
+    step_fn = {"sft": steps.sft, "dpo": steps.failure_dpo, "target": steps.target}[spec.kind]
+    manager = checkpoints.make_manager(store.scratch_dir(spec.name) + "/state", max_to_keep=1)
+    total = spec.epochs * steps_per_epoch
+    if manager.latest_step() is not None:
+        target = jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+            jax.eval_shape(lambda p: train_state_from_params(p, tx, shardings), params),
+            shardings,
+        )
+        state, position = checkpoints.restore(manager, target)
+        done = position.iteration * steps_per_epoch + position.step
+    else:
+        state, done = train_state_from_params(jax.tree.map(jnp.copy, params), tx, shardings), 0
+    metrics_log, last, history = MetricsLog(every=cfg.log_every_steps), None, []
+    progress = tqdm(total=total, initial=done, desc=spec.name, unit="step", disable=not cfg.show_progress)
+    try:
+        for epoch in range(done // steps_per_epoch, spec.epochs):
+            batches = epoch_batches(epoch)
+            for index in range(done - epoch * steps_per_epoch, len(batches)):
+                state, metrics = step_fn(state, _place(setup, batches[index]))
+                done += 1
+                host = metrics_log.push(done, metrics)
+                if host is not None:
+                    history.append(host)
+                    progress.set_postfix(loss=f"{host['loss']:.4f}")
+                progress.update(1)
+                if done % cfg.checkpoint_every_steps == 0 and done < total:
+                    position = checkpoints.LoopPosition(iteration=epoch, phase=spec.name, step=index + 1)
+                    checkpoints.save(manager, done, state, position)
+    finally:  # an interrupted phase still completes the checkpoint it started
+        progress.close()
+        manager.wait_until_finished()
+        manager.close()
+    last = metrics_log.flush()
+    if last is not None:
+        history.append(last)
+    summary = {"steps": total, "epochs": spec.epochs, "learning_rate": spec.optimizer.learning_rate}
+    if spec.kind != "sft":
+        summary["beta"] = spec.beta
+    if last is not None:
+        summary.update({f"final_{k}": v for k, v in last.items() if k not in ("step",)})
+    summary["history"] = history
+    return state.params, summary

@@ -1,0 +1,112 @@
+"""`run(config, workdir)`: the main job. Base SFT, then every configured method, then the reports.
+
+The workdir holds everything (see `store`); rerunning with the same config and workdir resumes. After
+each iteration of each method `results.json` is rewritten (atomically), so a long run can be watched and
+an interrupted one still reports what it finished; at the end the Markdown table and the figures are
+written next to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+
+from coevo_jax import envs
+from coevo_jax.experiment import report
+from coevo_jax.experiment.config import METHOD_TITLES, ExperimentConfig
+from coevo_jax.experiment.experts import load_or_generate_experts
+from coevo_jax.experiment.methods import METHOD_RUNNERS
+from coevo_jax.experiment.policy import build_setup
+from coevo_jax.experiment.stages import Stages
+from coevo_jax.experiment.store import RunStore, write_json_atomic
+from coevo_jax.experiment.tensorboard import ScalarWriter
+
+log = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.json"
+SCALAR_KEYS = ("avg_reward", "success_rate", "failures", "failure_avg_reward")
+
+
+def _env_factory(cfg: ExperimentConfig):
+    kwargs = dict(cfg.env.kwargs)
+    return lambda: envs.make(cfg.env.name, **kwargs)
+
+
+def _eval_scalars(writer: ScalarWriter, method: str, entry: dict) -> None:
+    step = entry["iteration"]
+    for split, summary in entry["eval"].items():
+        writer.scalars(step, {k: summary[k] for k in SCALAR_KEYS[:2]}, prefix=f"eval/{method}/{split}")
+    for agent, summary in entry.get("explore", {}).items():
+        values = {k: summary[k] for k in SCALAR_KEYS if summary.get(k) is not None}
+        writer.scalars(step, values, prefix=f"explore/{method}/{agent}")
+    writer.flush()
+
+
+def run(cfg: ExperimentConfig, workdir: str) -> dict:
+    """Runs (or resumes) the experiment in `workdir`; returns the results dict also saved there."""
+    if jax.process_count() > 1:
+        raise NotImplementedError(
+            "the main job's rollouts and stage records run in one process; start it with one JAX process "
+            f"(this job has {jax.process_count()})"
+        )
+    store = RunStore(workdir)
+    store.check_config(cfg.to_json())
+    env_factory = _env_factory(cfg)
+    env = env_factory()
+    try:
+        experts = load_or_generate_experts(env, cfg.env, store.workdir)
+        train_tasks = env.tasks(cfg.env.train_split)[: cfg.env.explore_tasks]
+        eval_tasks = {split: env.tasks(split)[: cfg.env.eval_tasks] for split in cfg.env.eval_splits}
+    finally:
+        env.close()
+    log.info(
+        "%s: %d experts, %d train tasks, eval %s",
+        cfg.env.name,
+        len(experts),
+        len(train_tasks),
+        {s: len(t) for s, t in eval_tasks.items()},
+    )
+    setup = build_setup(cfg, store.workdir, experts)
+    results = {
+        "env": cfg.env.name,
+        "seed": cfg.seed,
+        "splits": list(cfg.env.eval_splits),
+        "methods": {},
+        "config": cfg.to_json(),
+        "counts": {
+            "experts": len(experts),
+            "train_tasks": len(train_tasks),
+            **{f"{s}_tasks": len(t) for s, t in eval_tasks.items()},
+        },
+    }
+    results_path = os.path.join(store.workdir, RESULTS_FILE)
+    with ScalarWriter(os.path.join(store.workdir, "tensorboard")) as writer:
+        stages = Stages(
+            setup,
+            store,
+            env_factory,
+            experts,
+            train_tasks,
+            eval_tasks,
+            on_scalars=lambda tag, step, values: writer.scalars(step, values, prefix=tag),
+        )
+        stages.base_sft("target")
+        if any(m.startswith("coevo") for m in cfg.methods):
+            stages.base_sft("failure")
+        for method in cfg.methods:
+            title = METHOD_TITLES[method]
+            results["methods"][title] = {"iterations": []}
+
+            def on_iteration(entry, title=title, method=method):
+                iterations = results["methods"][title]["iterations"]
+                iterations[:] = [e for e in iterations if e["iteration"] != entry["iteration"]] + [entry]
+                _eval_scalars(writer, method, entry)
+                write_json_atomic(results_path, results)
+
+            METHOD_RUNNERS[method](stages, cfg.iterations, on_iteration)
+    store.close()
+    paths = report.write_reports(results, store.workdir)
+    log.info("reports: %s", ", ".join(str(p) for p in paths.values()))
+    return results

@@ -1,0 +1,180 @@
+"""The resumable building blocks every method is made of: base SFT, explore, evaluate, train a phase.
+
+Policies are named (`sft_target`, `eto_it2_target`, `coevo_it1_failure`, ...) and saved in the workdir;
+stages are keyed by what they compute, so methods share them: every method's iteration 0 is the SFT
+target's evaluation, and at iteration 1 ETO and co-evolution explore with the same SFT policies and the
+same sampling seed, so those episodes are played once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from coevo_jax.data.pairs import PreferenceDataset
+from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.envs.base import Environment
+from coevo_jax.experiment import phases, rollouts
+from coevo_jax.experiment.policy import PolicySetup
+from coevo_jax.experiment.store import RunStore
+
+log = logging.getLogger(__name__)
+
+SEEDS = {"target": 0, "failure": 1}  # the two base policies differ by initialisation / data-order seed
+
+
+class Stages:
+    """Named, resumable stages over one workdir (see the module docstring)."""
+
+    def __init__(
+        self,
+        setup: PolicySetup,
+        store: RunStore,
+        env_factory: Callable[[], Environment],
+        experts: Sequence[Trajectory],
+        train_tasks: Sequence[str],
+        eval_tasks: dict[str, list[str]],
+        on_scalars: Callable[[str, int, dict], None] = lambda tag, step, values: None,
+    ):
+        self.setup, self.store, self.env_factory = setup, store, env_factory
+        self.experts, self.train_tasks, self.eval_tasks = list(experts), list(train_tasks), eval_tasks
+        self.on_scalars = on_scalars
+        self.seed = setup.cfg.seed
+        self._loaded: dict[str, dict] = {}
+
+    # --- policies ------------------------------------------------------------------------------------------
+
+    def params(self, name: str) -> dict:
+        """The saved policy `name` (kept in memory while it is the latest one asked for)."""
+        if name not in self._loaded:
+            self._loaded = {name: self.store.load_policy(name, self.setup.abstract_params)}
+        return self._loaded[name]
+
+    def _keep(self, name: str, params: dict) -> None:
+        self.store.save_policy(name, params)
+        self._loaded = {name: params}
+
+    def base_sft(self, agent: str) -> str:
+        """Behavioural cloning of the experts from the agent's own seed (eq. 5); returns 'sft_<agent>'."""
+        name = f"sft_{agent}"
+
+        def run():
+            seed = self.seed * 2 + SEEDS[agent]
+            params, summary = phases.sft_phase(
+                self.setup, self.store, f"train/{name}", self.setup.base_params(seed), self.experts, seed=seed
+            )
+            self._keep(name, params)
+            self.store.clear_scratch(f"train/{name}")
+            return summary
+
+        self._log_train(name, self.store.stage(f"train/{name}", run))
+        return name
+
+    # --- episodes ------------------------------------------------------------------------------------------
+
+    def explore(self, policy: str, iteration: int) -> tuple[list[Trajectory], dict]:
+        """Sampled episodes of `policy` on the train tasks at `iteration` (trajectories, summary)."""
+        name = f"explore/{policy}/it{iteration}"
+        path = self.store.path("rollouts", f"{policy}_it{iteration}_explore.jsonl")
+        agent = policy.rsplit("_", 1)[-1]
+
+        def run():
+            trajectories = rollouts.play(
+                self.setup,
+                self.params(policy),
+                self.env_factory,
+                self.train_tasks,
+                path,
+                greedy=False,
+                seed=rollouts.stage_seed(self.seed, name),
+                agent=agent,
+                iteration=iteration,
+            )
+            return rollouts.summarize(trajectories)
+
+        summary = self.store.stage(name, run)
+        return read_trajectories(path), summary
+
+    def evaluate(self, policy: str) -> dict[str, dict]:
+        """Greedy episodes of `policy` on every evaluation split: {split: summary}."""
+        out = {}
+        for split, task_ids in self.eval_tasks.items():
+            name = f"eval/{policy}/{split}"
+            path = self.store.path("rollouts", f"{policy}_{split}.jsonl")
+
+            def run(task_ids=task_ids, path=path, split=split):
+                trajectories = rollouts.play(
+                    self.setup,
+                    self.params(policy),
+                    self.env_factory,
+                    task_ids,
+                    path,
+                    greedy=True,
+                    seed=0,
+                    agent=policy.rsplit("_", 1)[-1],
+                    iteration=None,
+                )
+                return rollouts.summarize(trajectories)
+
+            out[split] = {k: v for k, v in self.store.stage(name, run).items()}
+        return out
+
+    # --- training ------------------------------------------------------------------------------------------
+
+    def train_pairs(
+        self,
+        name: str,
+        start: str,
+        make_pairs: Callable[[], PreferenceDataset],
+        *,
+        kind: str,
+        iteration: int,
+    ) -> tuple[str, dict]:
+        """A DPO phase ('dpo': ETO and eq. 7; 'target': eq. 9) of policy `start` saved as `name`."""
+        stage = f"train/{name}"
+        dpo = self.setup.cfg.dpo
+
+        def run():
+            pairs = make_pairs()
+            seed = rollouts.stage_seed(self.seed, stage)
+            params, summary = phases.dpo_phase(
+                self.setup,
+                self.store,
+                stage,
+                self.params(start),
+                pairs.pairs,
+                kind=kind,
+                learning_rate=dpo.learning_rate(iteration),
+                beta=dpo.beta(iteration),
+                seed=seed,
+            )
+            self._keep(name, params)
+            self.store.clear_scratch(stage)
+            return {**summary, "dataset": pairs.report.to_dict()}
+
+        record = self.store.stage(stage, run)
+        self._log_train(name, record)
+        return name, record
+
+    def train_sft(
+        self, name: str, start: str, trajectories: Sequence[Trajectory], iteration: int
+    ) -> tuple[str, dict]:
+        """An SFT phase of policy `start` on `trajectories` (RFT), saved as `name`."""
+        stage = f"train/{name}"
+
+        def run():
+            seed = rollouts.stage_seed(self.seed, stage)
+            params, summary = phases.sft_phase(
+                self.setup, self.store, stage, self.params(start), trajectories, seed=seed
+            )
+            self._keep(name, params)
+            self.store.clear_scratch(stage)
+            return summary
+
+        record = self.store.stage(stage, run)
+        self._log_train(name, record)
+        return name, record
+
+    def _log_train(self, name: str, record: dict) -> None:
+        for metrics in record.get("history", []):
+            self.on_scalars(f"train/{name}", int(metrics["step"]), metrics)

@@ -1,0 +1,139 @@
+"""The run's working directory: finished-stage records, saved policies, and atomic JSON writes.
+
+A run is a sequence of named stages (an SFT phase, one exploration, one evaluation, ...). A stage is done
+once its record is in `stages.json`; rerunning the same command skips done stages and reuses their outputs,
+so work is never redone. Records are written after the stage's outputs (policy checkpoints, trajectory
+files) are complete, and every file write is atomic (temporary file + rename), so a kill at any moment
+leaves either the old or the new state, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+STAGES_FILE = "stages.json"
+CONFIG_FILE = "config.json"
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Writes `data` as JSON to `path` via a temporary file in the same directory and a rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=False)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def read_json(path: str) -> Any:
+    """The JSON in `path`; ValueError naming the file when it is not valid JSON."""
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not valid JSON ({error})") from error
+
+
+class RunStore:
+    """Stage records, policy checkpoints and file paths under one workdir."""
+
+    def __init__(self, workdir: str):
+        self.workdir = os.path.abspath(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        self._stages_path = os.path.join(self.workdir, STAGES_FILE)
+        self._stages: dict[str, Any] = (
+            read_json(self._stages_path) if os.path.exists(self._stages_path) else {}
+        )
+        self._checkpointer = ocp.StandardCheckpointer()
+
+    def path(self, *parts: str) -> str:
+        """A path inside the workdir (parent directories created)."""
+        path = os.path.join(self.workdir, *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def check_config(self, config_json: dict) -> None:
+        """Records the config on the first run; a resumed run must use the same one."""
+        path = os.path.join(self.workdir, CONFIG_FILE)
+        if not os.path.exists(path):
+            write_json_atomic(path, config_json)
+            return
+        saved = read_json(path)
+        if saved != config_json:
+            changed = sorted(_differences(saved, config_json))
+            raise ValueError(
+                f"{path}: this workdir was started with a different config (changed: {', '.join(changed)}); "
+                "use a new --workdir or the original config"
+            )
+
+    def done(self, name: str) -> bool:
+        return name in self._stages
+
+    def record(self, name: str) -> Any:
+        return self._stages[name]
+
+    def records(self) -> dict[str, Any]:
+        return dict(self._stages)
+
+    def stage(self, name: str, run: Callable[[], Any]) -> Any:
+        """The record of stage `name`: stored if it is done, else `run()`'s (then stored)."""
+        if name not in self._stages:
+            record = run()
+            self._stages[name] = record
+            write_json_atomic(self._stages_path, self._stages)
+        return self._stages[name]
+
+    # --- policies ------------------------------------------------------------------------------------------
+
+    def policy_dir(self, name: str) -> str:
+        return os.path.join(self.workdir, "policies", name)
+
+    def has_policy(self, name: str) -> bool:
+        return os.path.isdir(self.policy_dir(name))
+
+    def save_policy(self, name: str, params: dict) -> None:
+        """Saves parameters (Orbax, atomic: a temporary directory is renamed when complete)."""
+        path = self.policy_dir(name)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._checkpointer.save(path, params)
+        self._checkpointer.wait_until_finished()
+
+    def load_policy(self, name: str, abstract_params: dict) -> dict:
+        """Parameters saved under `name`, placed as `abstract_params` (ShapeDtypeStructs with shardings)."""
+        if not self.has_policy(name):
+            raise FileNotFoundError(f"{self.policy_dir(name)}: no saved policy {name!r}")
+        return self._checkpointer.restore(self.policy_dir(name), abstract_params)
+
+    def scratch_dir(self, name: str) -> str:
+        """A directory for a stage's partial state (mid-phase checkpoints), removed by `clear_scratch`."""
+        path = os.path.join(self.workdir, "partial", name.replace("/", "_"))
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def clear_scratch(self, name: str) -> None:
+        shutil.rmtree(os.path.join(self.workdir, "partial", name.replace("/", "_")), ignore_errors=True)
+
+    def close(self) -> None:
+        self._checkpointer.close()
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out += _differences(a.get(key), b.get(key), f"{prefix}{key}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".")]

@@ -1,0 +1,47 @@
+"""The main job: `python -m coevo_jax.main --config=configs/quickstart.py --workdir=DIR`.
+
+Runs SFT and the configured methods (RFT, ETO, co-evolving agents, ablations) on one environment,
+evaluating after every iteration; rerunning the same command on the same workdir resumes. Override any
+config field with `--config.some.field=value` (the config is locked: a misspelt field is an error).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Path of a configs/<name>.py file.", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, trajectories and results.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv) -> None:
+    del argv
+    import jax
+
+    from coevo_jax import sharding
+    from coevo_jax.experiment import report
+    from coevo_jax.experiment.config import ExperimentConfig
+    from coevo_jax.experiment.run import run
+
+    logging.getLogger().setLevel(logging.INFO)
+    logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax reports every save at INFO
+    sharding.maybe_initialize_distributed()
+    logging.info(
+        "process %d of %d, %d local / %d global devices (%s)",
+        jax.process_index(),
+        jax.process_count(),
+        jax.local_device_count(),
+        jax.device_count(),
+        jax.devices()[0].platform,
+    )
+    results = run(ExperimentConfig.from_mapping(_CONFIG.value), _WORKDIR.value)
+    print(report.table_markdown(results))
+
+
+if __name__ == "__main__":
+    app.run(main)

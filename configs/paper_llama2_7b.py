@@ -1,0 +1,74 @@
+"""The paper's setting: Llama-2-7B-Chat on WebShop, ScienceWorld or InterCode-SQL with ETO's hyperparameters.
+
+Pick the environment after a colon and point `model.source` at your local Hugging Face checkpoint
+(nothing is downloaded):
+
+    python -m coevo_jax.main --config=configs/paper_llama2_7b.py:sciworld --workdir=/ckpt/coevo_sciworld \
+        --config.model.source=/models/Llama-2-7b-chat-hf
+
+ETO's recipe: SFT lr 2e-5, cosine, 3% warmup, 3 epochs, batch 64; DPO beta 0.1, lr 1e-6, batch 32 pairs,
+3 epochs per phase; max length 4096. Co-evolution iterations: 3 (WebShop, ScienceWorld), 5 (InterCode-SQL).
+WebShop needs the WebShop server package installed and ETO's expert file (`env.experts_path`).
+"""
+
+from ml_collections import ConfigDict
+
+ENVIRONMENTS = {
+    "webshop": {"name": "webshop", "iterations": 3, "kwargs": {}},
+    "sciworld": {"name": "sciworld", "iterations": 3, "kwargs": {"java_max_heap": "1g"}},
+    "sql": {"name": "intercode_sql", "iterations": 5, "kwargs": {}},
+}
+
+
+def paper_config(env: str, model_source: str) -> ConfigDict:
+    """The shared paper-scale settings for `env` (a key of ENVIRONMENTS) and a checkpoint path."""
+    if env not in ENVIRONMENTS:
+        raise ValueError(f"unknown environment {env!r}; use one of {sorted(ENVIRONMENTS)}")
+    spec = ENVIRONMENTS[env]
+    config = ConfigDict()
+    config.seed = 0
+    config.methods = ("sft", "rft", "eto", "coevo")
+    config.iterations = spec["iterations"]
+    config.max_length = 4096
+    config.min_bucket = 512
+    config.checkpoint_every_steps = 100
+    config.log_every_steps = 10
+    config.show_progress = True
+    config.mesh_axes = (("data", 1), ("fsdp", -1), ("tensor", 1))
+
+    config.env = ConfigDict()
+    config.env.name = spec["name"]
+    config.env.kwargs = ConfigDict(spec["kwargs"])
+    config.env.experts_path = ""
+
+    config.model = ConfigDict()
+    config.model.source = model_source
+    config.model.compute_dtype = "bfloat16"
+    config.model.param_dtype = "float32"
+    config.model.sample_dtype = "bfloat16"
+    config.model.remat = True
+
+    config.sft = ConfigDict()
+    config.sft.epochs = 3
+    config.sft.learning_rate = 2e-5
+    config.sft.warmup_ratio = 0.03
+    config.sft.batch_size = 64
+
+    config.dpo = ConfigDict()
+    config.dpo.epochs = 3
+    config.dpo.pairs_per_batch = 32
+    config.dpo.learning_rates = (1e-6,)
+    config.dpo.betas = (0.1,)
+
+    config.rollout = ConfigDict()
+    config.rollout.temperature = 1.0
+    config.rollout.max_new_tokens = 256
+    config.rollout.cache_len = 4096
+    config.rollout.rows = 32
+    config.rollout.groups = 2
+    config.rollout.env_workers = 16
+    return config
+
+
+def get_config(env: str = "sciworld") -> ConfigDict:
+    return paper_config(env, "~/models/Llama-2-7b-chat-hf")

@@ -1,0 +1,244 @@
+"""The main job's pieces: configs, the resumable training phases, rollout summaries, and a tiny run of
+every method end to end in a temporary workdir (8 fake devices: sharded steps and samplers)."""
+
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+
+from coevo_jax.experiment import phases, rollouts
+from coevo_jax.experiment.config import METHOD_TITLES, METHODS, ExperimentConfig
+from coevo_jax.experiment.experts import generate_experts
+from coevo_jax.experiment.policy import build_setup
+from coevo_jax.experiment.report import load_results
+from coevo_jax.experiment.run import run
+from coevo_jax.experiment.store import RunStore
+from coevo_jax.experiment.tensorboard import read_scalars
+
+CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
+
+
+def tiny_config(**changes) -> ExperimentConfig:
+    """A one-layer policy on a handful of built-in tasks: seconds per stage."""
+    config = {
+        "methods": ("sft", "eto", "coevo"),
+        "iterations": 1,
+        "max_length": 2048,
+        "min_bucket": 1024,
+        "checkpoint_every_steps": 2,
+        "log_every_steps": 1,
+        "show_progress": False,
+        "env": {
+            "kwargs": {"num_train": 8, "num_test_seen": 4, "num_test_unseen": 4},
+            "explore_tasks": 8,
+        },
+        "model": {
+            "vocab_size": 300,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_layers": 1,
+            "num_heads": 2,
+            "num_kv_heads": 1,
+            "head_dim": 16,
+            "compute_dtype": "float32",
+        },
+        "sft": {"epochs": 2, "learning_rate": 3e-3, "batch_size": 8},
+        "dpo": {"epochs": 2, "pairs_per_batch": 8, "learning_rates": (1e-3,), "betas": (0.1,)},
+        "rollout": {"max_new_tokens": 16, "cache_len": 2048, "rows": 8, "groups": 1, "env_workers": 2},
+    }
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            config[key] = {**config.get(key, {}), **value}
+        else:
+            config[key] = value
+    return ExperimentConfig.from_mapping(config)
+
+
+def _load_config_module(path: pathlib.Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "name,arg",
+    [
+        ("quickstart", None),
+        ("sql_smollm2", None),
+        ("sciworld_smollm2", None),
+        ("paper_llama2_7b", "webshop"),
+        ("paper_llama2_7b", "sciworld"),
+        ("paper_llama2_7b", "sql"),
+        ("paper_qwen3_4b", "sql"),
+    ],
+)
+def test_every_config_file_builds_an_experiment_config(name, arg):
+    module = _load_config_module(CONFIGS / f"{name}.py")
+    config = module.get_config() if arg is None else module.get_config(arg)
+    experiment = ExperimentConfig.from_mapping(config)
+    assert ExperimentConfig.from_mapping(experiment.to_json()) == experiment
+    if name.startswith("paper"):
+        assert experiment.sft.learning_rate == 2e-5 and experiment.sft.epochs == 3
+        assert experiment.dpo.betas == (0.1,) and experiment.iterations == (5 if arg == "sql" else 3)
+
+
+def test_config_errors_name_the_group_and_field():
+    with pytest.raises(ValueError, match=r"unknown dpo options \['beta'\]"):
+        ExperimentConfig.from_mapping({"dpo": {"beta": 0.2}})
+    with pytest.raises(ValueError, match="methods"):
+        ExperimentConfig.from_mapping({"methods": ("sft", "ppo")})
+
+
+def test_dpo_learning_rate_and_beta_per_iteration_repeat_the_last_value():
+    config = tiny_config(dpo={"learning_rates": (1e-6, 5e-7), "betas": (0.1, 0.5)})
+    assert [config.dpo.learning_rate(k) for k in (1, 2, 3)] == [1e-6, 5e-7, 5e-7]
+    assert [config.dpo.beta(k) for k in (1, 2, 3)] == [0.1, 0.5, 0.5]
+
+
+def test_summarize_against_a_direct_count():
+    rng = np.random.default_rng()
+    from coevo_jax.data.records import Message, Trajectory
+
+    rewards = np.round(rng.random(40), 2)
+    rewards[rng.choice(40, 10, replace=False)] = 1.0
+    reasons = rng.choice(["done", "max_steps", "env_error: X", "context_limit"], 40)
+    trajectories = [
+        Trajectory(
+            traj_id=f"t{i}",
+            task_id=f"u{i % 7}",
+            reward=float(r),
+            messages=(Message("user", "u"), Message("assistant", "a")),
+            extra={"terminate_reason": str(reason)},
+        )
+        for i, (r, reason) in enumerate(zip(rewards, reasons, strict=True))
+    ]
+    summary = rollouts.summarize(trajectories)
+    failures = rewards[rewards < 1.0]
+    assert summary["episodes"] == 40 and summary["failures"] == len(failures)
+    assert summary["avg_reward"] == pytest.approx(float(np.mean(rewards)), abs=1e-12)
+    assert summary["success_rate"] == pytest.approx(float(np.mean(rewards >= 1.0)))
+    assert summary["failure_avg_reward"] == pytest.approx(float(np.mean(failures)))
+    unusable = sum(str(r).startswith(("env_error", "context_limit")) for r in reasons)
+    assert summary["unusable"] == unusable
+    assert len(rollouts.usable(trajectories)) == 40 - unusable
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory):
+    """A float32 setup (data-parallel over the 8 test devices) with the built-in experts."""
+    cfg = tiny_config()
+    from coevo_jax import envs
+
+    env = envs.make("builtin", **dict(cfg.env.kwargs))
+    experts = generate_experts(env, cfg.env)
+    workdir = str(tmp_path_factory.mktemp("setup"))
+    return build_setup(cfg, workdir, experts), experts
+
+
+class SimulatedKill(Exception):
+    pass
+
+
+def _interrupt_after(monkeypatch, calls: int):
+    place, count = phases._place, {"n": 0}
+
+    def failing_place(setup, batch):
+        count["n"] += 1
+        if count["n"] > calls:
+            raise SimulatedKill(f"killed before step {count['n']}")
+        return place(setup, batch)
+
+    monkeypatch.setattr(phases, "_place", failing_place)
+
+
+def test_sft_phase_killed_midway_resumes_to_the_same_parameters(tiny_setup, tmp_path, monkeypatch):
+    setup, experts = tiny_setup
+    params = setup.base_params(0)
+    whole, summary = phases.sft_phase(setup, RunStore(str(tmp_path / "a")), "sft", params, experts, seed=3)
+    assert summary["steps"] == 4  # 8 experts in 2 length buckets: 2 batches per epoch, 2 epochs
+    store = RunStore(str(tmp_path / "b"))
+    _interrupt_after(monkeypatch, 3)  # killed during step 4, after the checkpoint of step 2
+    with pytest.raises(SimulatedKill):
+        phases.sft_phase(setup, store, "sft", params, experts, seed=3)
+    monkeypatch.undo()
+    _interrupt_after(monkeypatch, 2)  # the resumed run takes steps 3 and 4 only
+    resumed, _ = phases.sft_phase(setup, store, "sft", params, experts, seed=3)
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(resumed), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    moved = max(
+        float(np.max(np.abs(a - b)))
+        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(whole), strict=True)
+    )
+    assert moved > 0
+
+
+def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
+    from coevo_jax.data.pairs import build_eto_pairs
+    from coevo_jax.data.records import Message, Trajectory
+
+    setup, experts = tiny_setup
+    params = setup.base_params(0)
+
+    def corrupted(t: Trajectory) -> Trajectory:  # the expert with its last action replaced
+        messages = list(t.messages)
+        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
+        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
+
+    pairs = build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs
+    assert len(pairs) == 8  # one batch of 8 pairs per epoch
+    store = RunStore(str(tmp_path))
+    cfg = setup.cfg.dpo
+    new, summary = phases.dpo_phase(
+        setup, store, "dpo", params, pairs, kind="dpo", learning_rate=1e-3, beta=0.1, seed=0
+    )
+    first = summary["history"][0]
+    assert first["step"] == 1 and first["loss"] == pytest.approx(np.log(2.0), abs=1e-5)
+    assert summary["steps"] == cfg.epochs * 2  # the 8 pairs fall in 2 length buckets: 2 batches per epoch
+    last = summary["history"][-1]
+    assert last["loss"] < first["loss"] and last["reward_accuracy"] == 1.0
+    assert any(
+        float(np.max(np.abs(a - b))) > 0
+        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(new), strict=True)
+    )
+
+
+@pytest.mark.slow
+def test_every_method_runs_end_to_end_and_reports(tmp_path):
+    cfg = tiny_config(methods=METHODS, iterations=2)
+    results = run(cfg, str(tmp_path))
+    assert list(results["methods"]) == [METHOD_TITLES[m] for m in METHODS]
+    assert load_results(tmp_path / "results.json")["methods"].keys() == results["methods"].keys()
+    for title, method in results["methods"].items():
+        iterations = [e["iteration"] for e in method["iterations"]]
+        assert iterations == ([0] if title == "SFT" else [0, 1, 2])
+        for entry in method["iterations"]:
+            for split in ("test_seen", "test_unseen"):
+                assert entry["eval"][split]["episodes"] == 4
+    coevo = results["methods"]["CoEvolving"]["iterations"][1]
+    assert set(coevo["explore"]) == {"target", "failure"} and coevo["explore"]["target"]["episodes"] == 8
+    assert set(coevo["train"]) == {"target", "failure"}
+    frozen = results["methods"]["CoEvolving (frozen failure agent)"]["iterations"][1]
+    assert set(frozen["train"]) == {"target"}  # the frozen failure agent never trains
+    stages = json.loads((tmp_path / "stages.json").read_text())
+    # ETO and co-evolution share iteration 1's exploration of the SFT target policy and its evaluation.
+    assert [k for k in stages if k.startswith("explore/sft_target/")] == ["explore/sft_target/it1"]  # shared
+    assert "explore/sft_failure/it2" in stages  # the frozen agent explores afresh
+    for name in ("table.md", "reward_curves.png", "failure_analysis.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "CoEvolving" in (tmp_path / "table.md").read_text()
+    scalars = read_scalars(tmp_path / "tensorboard")
+    assert [step for step, _ in scalars["eval/eto/test_seen/avg_reward"]] == [0, 1, 2]
+    assert any(tag.startswith("train/sft_target/") for tag in scalars)
+    assert not os.listdir(tmp_path / "partial") or all(
+        not os.listdir(tmp_path / "partial" / d) for d in os.listdir(tmp_path / "partial")
+    )
+    # A second run of the same command does nothing new and gives the same results.
+    assert run(cfg, str(tmp_path))["methods"] == results["methods"]
+    with pytest.raises(ValueError, match="different config"):
+        run(tiny_config(seed=1), str(tmp_path))

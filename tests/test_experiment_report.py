@@ -1,0 +1,295 @@
+"""Reports from results.json (Table 1, Figures 2 and 3, the CLI) and the TensorBoard scalar round trip.
+
+Every expected number is computed here from the synthetic results dict, independently of the report code,
+and compared with the cells parsed back from the Markdown.
+"""
+
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from coevo_jax.experiment.report import (
+    aggregate_runs,
+    failure_series,
+    final_scores,
+    plot_failure_analysis,
+    plot_reward_curves,
+    table_markdown,
+    table_markdown_mean_std,
+    write_reports,
+)
+from coevo_jax.experiment.tensorboard import ScalarWriter, read_scalars
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SPLITS = ["test_seen", "test_unseen"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def split_eval(rng):
+    return {"avg_reward": float(rng.uniform()), "success_rate": float(rng.uniform()), "episodes": 50}
+
+
+def explore_stats(rng):
+    failures = int(rng.integers(0, 80))
+    return {
+        "episodes": 100,
+        "avg_reward": float(rng.uniform()),
+        "success_rate": float(rng.uniform()),
+        "failures": failures,
+        "failure_avg_reward": float(rng.uniform(0, 0.9)) if failures else None,
+    }
+
+
+def make_results(seed=0, env="builtin", num_iterations=3, methods=("SFT", "ETO", "CoEvolving")):
+    """A realistic results dict: SFT at iteration 0 only, the others explore (co-evolving: two agents)."""
+    rng = np.random.default_rng(seed)
+    out = {"env": env, "seed": seed, "splits": list(SPLITS), "methods": {}}
+    for method in methods:
+        iterations = []
+        for iteration in range(1 if method == "SFT" else num_iterations + 1):
+            record = {"iteration": iteration, "eval": {split: split_eval(rng) for split in SPLITS}}
+            if iteration:
+                agents = ["target", "failure"] if method.startswith("CoEvolving") else ["target"]
+                record["explore"] = {agent: explore_stats(rng) for agent in agents}
+                record["pairs"] = {
+                    a: {"pairs": int(rng.integers(50, 150)), "hard_negatives": 10} for a in agents
+                }
+                record["train"] = {a: {"steps": 30, "loss": float(rng.uniform())} for a in agents}
+            else:
+                record["explore"] = {}
+            iterations.append(record)
+        out["methods"][method] = {"iterations": iterations}
+    return out
+
+
+def parse_table(markdown):
+    """Header cells and {method: cells} from the Markdown table in `markdown`."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    header, rows = cells[0], cells[2:]
+    assert set(lines[1]) <= set("|-:")
+    return header, {row[0]: row[1:] for row in rows}
+
+
+def expected_row(evals):
+    """Table-1 numbers computed by hand: rewards x100, success x100, mean of the rewards."""
+    rewards = [100 * evals[s]["avg_reward"] for s in SPLITS]
+    success = [100 * evals[s]["success_rate"] for s in SPLITS]
+    return [*rewards, *success, sum(rewards) / len(rewards)]
+
+
+def test_final_scores_are_each_methods_last_iteration():
+    results = make_results()
+    scores = final_scores(results)
+    assert list(scores) == ["SFT", "ETO", "CoEvolving"]
+    assert scores["SFT"] == results["methods"]["SFT"]["iterations"][0]["eval"]
+    assert scores["CoEvolving"] == results["methods"]["CoEvolving"]["iterations"][3]["eval"]
+
+
+def test_table_cells_match_hand_computed_numbers():
+    results = make_results(seed=3)
+    markdown = table_markdown(results)
+    assert "builtin" in markdown.splitlines()[0]
+    header, rows = parse_table(markdown)
+    assert header == ["Method", "Seen", "Unseen", "Seen SR (%)", "Unseen SR (%)", "Avg."]
+    assert list(rows) == ["SFT", "ETO", "CoEvolving"]
+    for method, cells in rows.items():
+        evals = results["methods"][method]["iterations"][-1]["eval"]
+        for cell, value in zip(cells, expected_row(evals), strict=True):
+            assert len(cell.split(".")[1]) == 1  # one decimal
+            assert float(cell) == pytest.approx(value, abs=0.05 + 1e-9)
+
+
+def test_missing_split_renders_dash_and_avg_uses_the_rest(tmp_path):
+    results = make_results(seed=4)
+    for method in results["methods"].values():
+        for record in method["iterations"]:
+            del record["eval"]["test_unseen"]
+    _, rows = parse_table(table_markdown(results))
+    for method, cells in rows.items():
+        seen = 100 * results["methods"][method]["iterations"][-1]["eval"]["test_seen"]["avg_reward"]
+        assert cells[1] == cells[3] == "—"
+        assert float(cells[0]) == float(cells[4]) == pytest.approx(seen, abs=0.05 + 1e-9)
+    assert_png(plot_reward_curves(results, tmp_path / "seen_only.png"))
+
+
+def test_other_split_names_are_used_as_given():
+    results = make_results()
+    results["splits"] = ["test_seen", "dev"]
+    header, rows = parse_table(table_markdown(results))
+    assert header[1:5] == ["Seen", "dev", "Seen SR (%)", "dev SR (%)"]
+    assert rows["ETO"][1] == "—"
+
+
+def test_mean_std_matches_numpy_sample_std():
+    runs = [make_results(seed=seed) for seed in (10, 11, 12)]
+    aggregate = aggregate_runs(runs)
+    markdown = table_markdown_mean_std(runs)
+    assert "3 seeds" in markdown and "10, 11, 12" in markdown
+    _, rows = parse_table(markdown)
+    for method, cells in rows.items():
+        per_run = np.array([expected_row(run["methods"][method]["iterations"][-1]["eval"]) for run in runs])
+        means, stds = per_run.mean(axis=0), per_run.std(axis=0, ddof=1)
+        for cell, mean, std in zip(cells, means, stds, strict=True):
+            mean_text, std_text = cell.split(" ± ")
+            assert float(mean_text) == pytest.approx(mean, abs=0.05 + 1e-9)
+            assert float(std_text) == pytest.approx(std, abs=0.05 + 1e-9)
+        stat = aggregate["methods"][method]["avg"]
+        assert stat["mean"] == pytest.approx(means[-1]) and stat["std"] == pytest.approx(stds[-1])
+        assert stat["n"] == 3
+        assert aggregate["methods"][method]["reward"]["test_unseen"]["std"] == pytest.approx(stds[1])
+
+
+def test_single_run_mean_std_table_shows_just_the_mean():
+    run = make_results(seed=5)
+    _, rows = parse_table(table_markdown_mean_std([run]))
+    _, single = parse_table(table_markdown(run))
+    assert rows == single
+
+
+def test_mismatched_runs_raise_value_error():
+    base = make_results(seed=0)
+    with pytest.raises(ValueError, match="different envs"):
+        aggregate_runs([base, make_results(seed=1, env="webshop")])
+    with pytest.raises(ValueError, match="different method sets.*RFT"):
+        aggregate_runs([base, make_results(seed=1, methods=("SFT", "ETO", "RFT"))])
+    with pytest.raises(ValueError, match="no runs"):
+        aggregate_runs([])
+
+
+def assert_png(path, expect_w_gt_h=False):
+    data = Path(path).read_bytes()
+    assert len(data) > 0 and data[:8] == PNG_SIGNATURE
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100 and image.shape[2] in (3, 4)
+    if expect_w_gt_h:
+        assert image.shape[1] > image.shape[0]
+
+
+def test_write_reports_writes_table_and_valid_pngs(tmp_path):
+    results = make_results(seed=6)
+    paths = write_reports(results, tmp_path)
+    assert set(paths) == {"table", "reward_curves", "failure_analysis"}
+    assert Path(paths["table"]).read_text() == table_markdown(results)
+    assert_png(paths["reward_curves"], expect_w_gt_h=True)
+    assert_png(paths["failure_analysis"], expect_w_gt_h=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "failure_analysis.png",
+        "reward_curves.png",
+        "table.md",
+    ]  # no temporary files left behind
+
+
+def test_failure_series_labels_and_skips():
+    results = make_results(methods=("SFT", "ETO", "CoEvolving", "CoEvolving (positive agent)"))
+    labels = [label for label, _ in failure_series(results)]
+    assert labels == [
+        "ETO target",
+        "CoEvolving target",
+        "CoEvolving failure agent",
+        "CoEvolving (positive agent) target",
+        "CoEvolving (positive agent) positive agent",
+    ]
+    _, stats = failure_series(results)[2]
+    assert sorted(stats) == [1, 2, 3]
+    assert stats[2] == results["methods"]["CoEvolving"]["iterations"][2]["explore"]["failure"]
+
+
+def test_plots_without_explore_or_eval_data_do_not_crash(tmp_path):
+    results = make_results(seed=7)
+    for method in results["methods"].values():
+        for record in method["iterations"]:
+            record.pop("explore", None)
+    assert failure_series(results) == []
+    plot_failure_analysis(results, tmp_path / "failures.png")
+    assert_png(tmp_path / "failures.png")
+    only_sft = make_results(methods=("SFT",))
+    plot_reward_curves(only_sft, tmp_path / "sft.png")
+    assert_png(tmp_path / "sft.png")
+    no_eval = copy.deepcopy(only_sft)
+    no_eval["methods"]["SFT"]["iterations"][0]["eval"] = {}
+    no_eval["methods"]["Empty"] = {"iterations": []}
+    plot_reward_curves(no_eval, tmp_path / "none.png")
+    assert_png(tmp_path / "none.png")
+    assert "—" in table_markdown(no_eval)
+
+
+def run_cli(*args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "coevo_jax.experiment.report", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=120,
+    )
+
+
+def test_cli_single_workdir_rewrites_reports_and_prints_table(tmp_path):
+    results = make_results(seed=8)
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    (tmp_path / "table.md").write_text("stale")
+    proc = run_cli(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == table_markdown(results)
+    assert (tmp_path / "table.md").read_text() == table_markdown(results)
+    assert_png(tmp_path / "reward_curves.png")
+    assert_png(tmp_path / "failure_analysis.png")
+
+
+def test_cli_several_workdirs_print_mean_std_and_write_out(tmp_path):
+    runs = [make_results(seed=seed) for seed in (0, 1)]
+    for run in runs:
+        (tmp_path / str(run["seed"])).mkdir()
+        (tmp_path / str(run["seed"]) / "results.json").write_text(json.dumps(run))
+    out = tmp_path / "mean.md"
+    proc = run_cli(tmp_path / "0", tmp_path / "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == out.read_text() == table_markdown_mean_std(runs)
+
+
+def test_cli_missing_or_malformed_results_exit_2_naming_the_file(tmp_path):
+    proc = run_cli(tmp_path)
+    assert proc.returncode == 2
+    assert str(tmp_path / "results.json") in proc.stderr
+    (tmp_path / "results.json").write_text("{not json")
+    proc = run_cli(tmp_path)
+    assert proc.returncode == 2
+    assert str(tmp_path / "results.json") in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_scalar_writer_round_trip(tmp_path):
+    rng = np.random.default_rng(9)
+    written = {}
+    with ScalarWriter(tmp_path / "tb") as writer:
+        for step in (0, 1, 5, 10):
+            for prefix in ("train", "eval/test_seen", ""):
+                values = {"loss": float(rng.normal()), "reward": float(rng.uniform()), "skipped": None}
+                writer.scalars(step, values, prefix=prefix)
+                for key in ("loss", "reward"):
+                    tag = f"{prefix}/{key}" if prefix else key
+                    written.setdefault(tag, []).append((step, float(np.float32(values[key]))))
+        writer.scalars(11, {"nan": float("nan")}, prefix="train")
+        writer.flush()
+    scalars = read_scalars(tmp_path / "tb")
+    nan_points = scalars.pop("train/nan")
+    assert nan_points[0][0] == 11 and math.isnan(nan_points[0][1])
+    assert scalars == written
+
+
+def test_read_scalars_ignores_a_truncated_last_record(tmp_path):
+    with ScalarWriter(tmp_path) as writer:
+        writer.scalars(3, {"x": 1.5})
+    (event_file,) = tmp_path.glob("*tfevents*")
+    with event_file.open("ab") as file:
+        file.write(b"\x10\x00\x00\x00\x00\x00\x00")  # a record header cut short
+    assert read_scalars(tmp_path) == {"x": [(3, 1.5)]}
