@@ -6,50 +6,13 @@ Sized for a CPU in a few hours: gold-path experts of the first 200 train tasks, 
     python -m coevo_jax.main --config=configs/sciworld_smollm2.py --workdir=workdir_sciworld
 """
 
-from ml_collections import ConfigDict
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from sql_smollm2 import smollm2_config  # noqa: E402
 
 
-def get_config() -> ConfigDict:
-    config = ConfigDict()
-    config.seed = 0
-    config.methods = ("sft", "eto", "coevo")
-    config.iterations = 3
-    config.max_length = 2048
-    config.min_bucket = 512
-    config.checkpoint_every_steps = 50
-    config.log_every_steps = 5
-    config.show_progress = True
-
-    config.env = ConfigDict()
-    config.env.name = "sciworld"
-    config.env.kwargs = ConfigDict({"java_max_heap": "384m"})
-    config.env.expert_tasks = 200
-    config.env.explore_tasks = 100
-    config.env.eval_tasks = 60
-
-    config.model = ConfigDict()
-    config.model.source = "smollm2"
-    config.model.compute_dtype = "bfloat16"
-    config.model.sample_dtype = "float32"
-    config.model.remat = True
-
-    config.sft = ConfigDict()
-    config.sft.epochs = 2
-    config.sft.learning_rate = 2e-5
-    config.sft.batch_size = 16
-
-    config.dpo = ConfigDict()
-    config.dpo.epochs = 1
-    config.dpo.pairs_per_batch = 8
-    config.dpo.learning_rates = (1e-6,)
-    config.dpo.betas = (0.1,)
-    config.dpo.max_pairs_per_task = 2
-
-    config.rollout = ConfigDict()
-    config.rollout.temperature = 0.7
-    config.rollout.max_new_tokens = 96
-    config.rollout.cache_len = 2048
-    config.rollout.rows = 4
-    config.rollout.groups = 2
-    config.rollout.env_workers = 4
-    return config
+def get_config():
+    return smollm2_config("sciworld", {"java_max_heap": "384m"}, expert_tasks=200, rows=4)

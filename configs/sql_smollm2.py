@@ -9,7 +9,8 @@ train tasks (the paper runs 5 iterations on the full split; raise `iterations` a
 from ml_collections import ConfigDict
 
 
-def get_config() -> ConfigDict:
+def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: int) -> ConfigDict:
+    """The CPU-sized SmolLM2-135M-Instruct settings shared by the SQL and ScienceWorld configs."""
     config = ConfigDict()
     config.seed = 0
     config.methods = ("sft", "eto", "coevo")
@@ -21,10 +22,9 @@ def get_config() -> ConfigDict:
     config.show_progress = True
 
     config.env = ConfigDict()
-    config.env.name = "intercode_sql"
-    # Large result sets are cut so that observations stay within the context.
-    config.env.kwargs = ConfigDict({"max_observation_chars": 1000})
-    config.env.expert_tasks = 240
+    config.env.name = env_name
+    config.env.kwargs = ConfigDict(env_kwargs)
+    config.env.expert_tasks = expert_tasks
     config.env.explore_tasks = 100
     config.env.eval_tasks = 60
 
@@ -50,6 +50,11 @@ def get_config() -> ConfigDict:
     config.rollout.temperature = 0.7
     config.rollout.max_new_tokens = 96
     config.rollout.cache_len = 2048
-    config.rollout.rows = 8
+    config.rollout.rows = rows
     config.rollout.groups = 2
     return config
+
+
+def get_config() -> ConfigDict:
+    # Large result sets are cut so that observations stay within the context.
+    return smollm2_config("intercode_sql", {"max_observation_chars": 1000}, expert_tasks=240, rows=8)

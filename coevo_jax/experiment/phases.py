@@ -29,7 +29,7 @@ from coevo_jax.data.batching import (
 )
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
-from coevo_jax.train import MetricsLog, OptimizerConfig, dpo_config, train_state_from_params
+from coevo_jax.train import MetricsLog, OptimizerConfig, abstract_state, dpo_config, train_state_from_params
 
 REFERENCE_FILE = "reference_logps.npz"
 
@@ -167,11 +167,7 @@ def _train(
     manager = checkpoints.make_manager(store.scratch_dir(spec.name) + "/state", max_to_keep=1)
     total = spec.epochs * steps_per_epoch
     if manager.latest_step() is not None:
-        target = jax.tree.map(
-            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-            jax.eval_shape(lambda p: train_state_from_params(p, tx, shardings), params),
-            shardings,
-        )
+        target = abstract_state(setup.model_cfg, tx, shardings)
         state, position = checkpoints.restore(manager, target)
         done = position.iteration * steps_per_epoch + position.step
     else:

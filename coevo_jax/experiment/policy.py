@@ -28,7 +28,7 @@ from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
 from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
 from coevo_jax.train.state import (
     abstract_model,
-    abstract_params_of,
+    abstract_state,
     init_params,
     load_sharded,
     state_shardings,
@@ -57,18 +57,22 @@ class PolicySetup:
         return TurnCodec(self.tokenizer, self.chat_format)
 
     @functools.cached_property
+    def _reference_tx(self):
+        """Any AdamW: the parameters' shardings and shapes do not depend on the optimizer settings."""
+        return make_optimizer(OptimizerConfig(1e-6))
+
+    @functools.cached_property
+    def _state_shardings(self):
+        return state_shardings(self.model_cfg, self._reference_tx, self.mesh, self.rules)
+
+    @functools.cached_property
     def param_shardings(self) -> dict:
-        return state_shardings(
-            self.model_cfg, make_optimizer(OptimizerConfig(1e-6)), self.mesh, self.rules
-        ).params
+        return self._state_shardings.params
 
     @functools.cached_property
     def abstract_params(self) -> dict:
         """ShapeDtypeStructs with shardings: the restore target of saved policies."""
-        shapes = abstract_params_of(self.model_cfg)
-        return jax.tree.map(
-            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, self.param_shardings
-        )
+        return abstract_state(self.model_cfg, self._reference_tx, self._state_shardings).params
 
     def base_params(self, seed: int) -> dict:
         """The starting parameters of an agent: the checkpoint's (copied), or a fresh init from `seed`."""

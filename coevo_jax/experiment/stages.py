@@ -116,7 +116,7 @@ class Stages:
                 )
                 return rollouts.summarize(trajectories)
 
-            out[split] = {k: v for k, v in self.store.stage(name, run).items()}
+            out[split] = self.store.stage(name, run)
         return out
 
     # --- training ------------------------------------------------------------------------------------------
