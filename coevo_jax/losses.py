@@ -14,6 +14,7 @@ Paper equations: eq. 2/4 `sequence_logprobs`, eq. 5 `sft_loss`, eq. 7 `dpo_loss`
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -176,10 +177,69 @@ def coevo_loss(
 # --- Memory-lean log-probs: from final hidden states and the unembedding, a chunk of tokens at a time. ---
 
 
-def _chunk_token_logprobs(hidden_CxD: jax.Array, unembed_DxV: jax.Array, targets_C: jax.Array) -> jax.Array:
-    """Token log-probs of one chunk of C tokens; logits exist only as [C, V] float32 here."""
-    logits_CxV = jnp.einsum("cd,dv->cv", hidden_CxD, unembed_DxV, preferred_element_type=jnp.float32)
-    return token_logprobs(logits_CxV[None], targets_C[None])[0]
+# Above this many bytes of [N, V] float32 probabilities, the backward pass recomputes each chunk's logits
+# instead of keeping the forward's probabilities (for T=4096, V=32k, B=8 they would take 4 GiB).
+KEEP_PROBS_MAX_BYTES = 512 << 20
+
+
+def _chunk_forward(hidden_BxCxD, unembed_DxV, targets_BxC):
+    """(token log-probs [B, C], log-normaliser [B, C], logits [B, C, V]) of one chunk, float32."""
+    logits_BxCxV = jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+    log_normaliser_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
+    target_BxC = jnp.take_along_axis(logits_BxCxV, targets_BxC[..., None], axis=-1)[..., 0]
+    return target_BxC - log_normaliser_BxC, log_normaliser_BxC, logits_BxCxV
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs):
+    """Token log-probs [K, B, C] of K chunks of C tokens per row (see `token_logprobs_from_hidden`)."""
+    return _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, False)[0]
+
+
+def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs):
+    def body(_, chunk):
+        logps, log_normaliser, logits = _chunk_forward(chunk[0], unembed_DxV, chunk[1])
+        probs = jnp.exp(logits - log_normaliser[..., None]) if keep_probs else None
+        return None, (logps, log_normaliser, probs)
+
+    _, (logps, log_normaliser, probs) = jax.lax.scan(body, None, (hidden_KxBxCxD, targets_KxBxC))
+    return logps, (hidden_KxBxCxD, unembed_DxV, targets_KxBxC, log_normaliser, probs)
+
+
+def _scan_logprobs_bwd(keep_probs, residuals, d_logps_KxBxC):
+    """d logp_t / d logits = onehot(target_t) - softmax(logits): no scatter, no stored logits unless kept."""
+    hidden_KxBxCxD, unembed_DxV, targets_KxBxC, log_normaliser_KxBxC, probs_KxBxCxV = residuals
+    vocab = unembed_DxV.shape[1]
+
+    def body(d_unembed_DxV, chunk):
+        hidden_BxCxD, targets_BxC, log_normaliser_BxC, d_logps_BxC, probs_BxCxV = chunk
+        if probs_BxCxV is None:
+            logits = jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+            probs_BxCxV = jnp.exp(logits - log_normaliser_BxC[..., None])
+        onehot_BxCxV = targets_BxC[..., None] == jnp.arange(vocab, dtype=targets_BxC.dtype)
+        d_logits = d_logps_BxC.astype(jnp.float32)[..., None] * (
+            onehot_BxCxV.astype(jnp.float32) - probs_BxCxV
+        )
+        d_logits_BxCxV = d_logits.astype(unembed_DxV.dtype)
+        d_hidden_BxCxD = jnp.einsum(
+            "bcv,dv->bcd", d_logits_BxCxV, unembed_DxV, preferred_element_type=jnp.float32
+        )
+        d_unembed_DxV = d_unembed_DxV + jnp.einsum(
+            "bcd,bcv->dv", hidden_BxCxD, d_logits_BxCxV, preferred_element_type=jnp.float32
+        )
+        return d_unembed_DxV, d_hidden_BxCxD.astype(hidden_BxCxD.dtype)
+
+    chunks = (hidden_KxBxCxD, targets_KxBxC, log_normaliser_KxBxC, d_logps_KxBxC, probs_KxBxCxV)
+    d_unembed, d_hidden = jax.lax.scan(body, jnp.zeros(unembed_DxV.shape, jnp.float32), chunks)
+    return d_hidden, d_unembed.astype(unembed_DxV.dtype), None
+
+
+_scan_logprobs.defvjp(_scan_logprobs_fwd, _scan_logprobs_bwd)
+
+
+def keeps_probs(num_tokens: int, vocab_size: int) -> bool:
+    """Whether the backward pass may keep all [N, V] float32 probabilities (see KEEP_PROBS_MAX_BYTES)."""
+    return num_tokens * vocab_size * 4 <= KEEP_PROBS_MAX_BYTES
 
 
 def token_logprobs_from_hidden(
@@ -187,31 +247,30 @@ def token_logprobs_from_hidden(
     unembed_DxV: jax.Array,
     targets_BxT: jax.Array,
     chunk_size: int = 1024,
+    keep_probs: bool | None = None,
 ) -> jax.Array:
     """Same numbers as `token_logprobs(hidden @ unembed, targets)` without materialising [B, T, V] logits.
 
-    Tokens are flattened to N = B*T, padded to a multiple of `chunk_size` and scanned a chunk at a time; the
-    chunk body is rematerialised in the backward pass, so peak memory is one [chunk_size, V] float32 block
-    instead of [B, T, V] (for T=4096, V=32k, B=8 that is 128 MiB instead of 4 GiB).
+    The sequence axis is cut into chunks of `chunk_size // B` positions (at least one), so a chunk holds
+    at most `chunk_size` tokens, and the chunks are scanned; rows stay a batch axis of every chunk (and
+    keep their sharding). The gradient is written by hand (onehot - softmax): the backward reuses the
+    forward's probabilities while all of them take at most KEEP_PROBS_MAX_BYTES (`keep_probs=None`), else
+    recomputes each chunk's logits, so peak memory stays one [chunk, V] float32 block (for T=4096, V=32k,
+    B=8: 128 MiB instead of 4 GiB).
     """
     batch, length, hidden_size = hidden_BxTxD.shape
-    num_tokens = batch * length
-    num_chunks = -(-num_tokens // chunk_size)
-    padded = num_chunks * chunk_size
-    hidden_NxD = jnp.pad(hidden_BxTxD.reshape(num_tokens, hidden_size), ((0, padded - num_tokens), (0, 0)))
-    targets_N = jnp.pad(targets_BxT.reshape(num_tokens).astype(jnp.int32), (0, padded - num_tokens))
-    chunk_fn = jax.checkpoint(_chunk_token_logprobs)
-
-    def body(carry, chunk):
-        hidden_chunk, target_chunk = chunk
-        return carry, chunk_fn(hidden_chunk, unembed_DxV, target_chunk)
-
-    _, logps = jax.lax.scan(
-        body,
-        None,
-        (hidden_NxD.reshape(num_chunks, chunk_size, hidden_size), targets_N.reshape(num_chunks, chunk_size)),
-    )
-    return logps.reshape(padded)[:num_tokens].reshape(batch, length)
+    chunk_len = max(1, min(length, chunk_size // batch))
+    num_chunks = -(-length // chunk_len)
+    padded = num_chunks * chunk_len
+    if keep_probs is None:
+        keep_probs = keeps_probs(batch * padded, unembed_DxV.shape[1])
+    pad = padded - length
+    hidden = jnp.pad(hidden_BxTxD, ((0, 0), (0, pad), (0, 0)))
+    targets = jnp.pad(targets_BxT.astype(jnp.int32), ((0, 0), (0, pad)))
+    hidden_KxBxCxD = hidden.reshape(batch, num_chunks, chunk_len, hidden_size).swapaxes(0, 1)
+    targets_KxBxC = targets.reshape(batch, num_chunks, chunk_len).swapaxes(0, 1)
+    logps_KxBxC = _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, bool(keep_probs))
+    return logps_KxBxC.swapaxes(0, 1).reshape(batch, padded)[:, :length]
 
 
 def sequence_logprobs_from_hidden(

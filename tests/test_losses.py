@@ -223,6 +223,34 @@ def test_chunked_logprobs_from_hidden_equal_unchunked(chunk_size):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5, err_msg=f"seed={seed}")
 
 
+@pytest.mark.parametrize("keep_probs", [True, False])
+def test_logprob_gradients_from_hidden_match_float64_reference(keep_probs):
+    """The hand-written backward (onehot - softmax), with kept or recomputed probabilities."""
+    rng, seed = fresh_rng()
+    batch, length, hidden, vocab, chunk = 2, 7, 6, 17, 4
+    h = rng.standard_normal((batch, length, hidden))
+    w = rng.standard_normal((hidden, vocab))
+    targets = rng.integers(0, vocab, (batch, length))
+    weights = rng.standard_normal((batch, length))  # d(loss)/d(logp_t)
+
+    def total(hh, ww):
+        logps = losses.token_logprobs_from_hidden(hh, ww, targets, chunk, keep_probs=keep_probs)
+        return jnp.sum(logps * weights)
+
+    got_h, got_w = jax.grad(total, argnums=(0, 1))(h.astype(np.float32), w.astype(np.float32))
+    logits = h @ w
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    d_logits = weights[..., None] * (np.eye(vocab)[targets] - probs)
+    assert_close(got_h, d_logits @ w.T, seed, atol=1e-5)
+    assert_close(got_w, np.einsum("btd,btv->dv", h, d_logits), seed, atol=1e-5)
+
+
+def test_logprob_backward_keeps_probabilities_only_while_small():
+    assert losses.keeps_probs(8 * 512, 8192)  # the benchmark anchor: 128 MiB
+    assert not losses.keeps_probs(2 * 4096, 32768)  # 1 GiB: recomputed chunk by chunk
+
+
 def test_chunked_logprobs_never_build_full_logits():
     """For T=4096, V=32k the lean path's compiled temporaries stay far below one float32 [B,T,V] array."""
     batch, length, hidden, vocab, chunk = 2, 4096, 64, 32768, 512

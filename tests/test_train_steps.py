@@ -24,9 +24,10 @@ from train_fixtures import (
 from coevo_jax.train import OptimizerConfig, TrainConfig, attach_phase_reference
 
 GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
-# Adam's first update is lr * g / (|g| + eps): float32 round-off in a near-zero gradient moves a parameter by
-# up to ~lr * 1e-3 = 1e-6 .. 1e-5, hence an absolute tolerance of 1e-5 on updated parameters.
-PARAM_TOL = dict(rtol=1e-5, atol=1e-5)
+# Adam's first update is lr * g / (|g| + eps): for |g| near eps = 1e-8, float32 round-off in the gradient
+# (which GRAD_TOL checks directly) moves a parameter by up to ~lr * 1e-2 = 1e-5 (1.1e-5 seen with the
+# block-wise attention on fsdp4_tensor2), hence an absolute tolerance of 2e-5 on updated parameters.
+PARAM_TOL = dict(rtol=1e-5, atol=2e-5)
 # The fast set checks the mesh that uses all three axes; the others run with the slow marker.
 MESH_CASES = [pytest.param(name, marks=() if name == "cube2" else pytest.mark.slow) for name in MESHES]
 

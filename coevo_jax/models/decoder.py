@@ -4,7 +4,8 @@ Pre-norm blocks of grouped-query attention (RoPE, optional q/k/v bias and per-he
 SwiGLU MLP. Positions come from the attention mask (`cumsum(mask) - 1`), so left- and right-padded rows
 both work, and padded keys are never attended. Two entry points share the layers:
 
-* `__call__` / `hidden_states`: full-sequence forward for training and scoring;
+* `__call__` / `hidden_states`: full-sequence forward for training and scoring (causal attention
+  block-wise, `causal_attention`);
 * `forward_cached` / `hidden_states_cached`: append a chunk of tokens to a `KVCache` (prefill,
   incremental prefill of new observations, one-token decoding) with static shapes.
 
@@ -21,9 +22,18 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.kv_cache import KVCache, place_chunk, write_chunk
-from coevo_jax.models.layers import RMSNorm, apply_rope, attend, constrain, param, rope_inverse_frequencies
+from coevo_jax.models.layers import (
+    RMSNorm,
+    apply_rope,
+    attend,
+    batch_shards,
+    constrain,
+    param,
+    rope_inverse_frequencies,
+)
 
 _INIT_STD = 0.02  # HF `initializer_range`; real weights come from checkpoints
 
@@ -64,8 +74,12 @@ class Attention(nnx.Module):
             else apply_rope(y_BxTxNxE, positions_BxT, rope_inverse_frequencies(self.config))
         )
 
-    def __call__(self, x_BxTxD, positions_BxT, allowed_BxTxS, layer_cache=None, slots_BxT=None):
-        """Returns (output [B,T,D], updated (keys, values) of this layer or None without a cache)."""
+    def __call__(self, x_BxTxD, positions_BxT, mask, layer_cache=None, slots_BxT=None):
+        """Returns (output [B,T,D], updated (keys, values) of this layer or None without a cache).
+
+        `mask` is the key mask [B, T] of a full causal pass (no cache), or with a cache the
+        [B, T, S] matrix of the slots each query may attend.
+        """
         q_BxTxHxE = self._project(x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT)
         k_BxTxKxE = self._project(x_BxTxD, self.k_kernel, self.k_bias, self.k_norm, positions_BxT)
         v_BxTxKxE = self._project(x_BxTxD, self.v_kernel, self.v_bias, None, None)
@@ -77,7 +91,12 @@ class Attention(nnx.Module):
             v_BxKxSxE = write_chunk(layer_cache[1], slots_BxT, v_BxKxTxE)
             new_cache = (k_BxKxSxE, v_BxKxSxE)
             k_BxKxTxE, v_BxKxTxE = k_BxKxSxE.astype(self.dtype), v_BxKxSxE.astype(self.dtype)
-        out_BxTxHxE = attend(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, allowed_BxTxS)
+        if layer_cache is None:
+            out_BxTxHxE = causal_attention(
+                q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **_causal_plan(mask.shape[0])
+            )
+        else:
+            out_BxTxHxE = attend(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask)
         out_BxTxD = jnp.einsum("bthe,hed->btd", out_BxTxHxE, self.o_kernel[...].astype(self.dtype))
         if self.o_bias is not None:
             out_BxTxD = out_BxTxD + self.o_bias[...].astype(self.dtype)
@@ -121,13 +140,25 @@ class Block(nnx.Module):
         self.post_attn_norm = norm()
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x_BxTxD, positions_BxT, allowed_BxTxS, layer_cache=None, slots_BxT=None):
+    def __call__(self, x_BxTxD, positions_BxT, mask, layer_cache=None, slots_BxT=None):
         attn_BxTxD, new_cache = self.attn(
-            self.input_norm(x_BxTxD), positions_BxT, allowed_BxTxS, layer_cache, slots_BxT
+            self.input_norm(x_BxTxD), positions_BxT, mask, layer_cache, slots_BxT
         )
         x_BxTxD = x_BxTxD + attn_BxTxD
         x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
         return constrain(x_BxTxD, ("batch", "length", "embed")), new_cache
+
+
+def _causal_plan(batch: int) -> dict:
+    """Block size and row chunking of `causal_attention` for this backend.
+
+    On the CPU, one row per device at a time keeps each block's scores in cache (several times faster);
+    accelerators take every row at once and larger blocks.
+    """
+    if jax.default_backend() != "cpu":
+        return {"block_size": 256, "row_chunks": 1}
+    shards = batch_shards()
+    return {"block_size": 64, "row_chunks": batch // shards if batch % shards == 0 else 1}
 
 
 def _run_block(block: Block, *args):
@@ -166,14 +197,12 @@ class Decoder(nnx.Module):
         logits = jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembedding, preferred_element_type=jnp.float32)
         return constrain(logits, ("batch", "length", "vocab"))
 
-    def _layers(self, x_BxTxD, positions_BxT, allowed_BxTxS, cache: KVCache | None, slots_BxT):
+    def _layers(self, x_BxTxD, positions_BxT, mask, cache: KVCache | None, slots_BxT):
         run = _run_block_remat if self.config.remat else _run_block
         keys, values = [], []
         for i, block in enumerate(self.layers):
             layer_cache = None if cache is None else (cache.keys[i], cache.values[i])
-            x_BxTxD, new_layer_cache = run(
-                block, x_BxTxD, positions_BxT, allowed_BxTxS, layer_cache, slots_BxT
-            )
+            x_BxTxD, new_layer_cache = run(block, x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT)
             if new_layer_cache is not None:
                 keys.append(new_layer_cache[0])
                 values.append(new_layer_cache[1])
@@ -186,9 +215,7 @@ class Decoder(nnx.Module):
             attention_mask_BxT = jnp.ones((batch, length), jnp.int32)
         mask_BxT = attention_mask_BxT.astype(jnp.int32)
         positions_BxT = jnp.maximum(jnp.cumsum(mask_BxT, axis=1) - 1, 0)
-        causal_TxT = jnp.tril(jnp.ones((length, length), bool))
-        allowed_BxTxT = causal_TxT[None] & (mask_BxT[:, None, :] > 0)
-        hidden_BxTxD, _ = self._layers(x_BxTxD, positions_BxT, allowed_BxTxT, None, None)
+        hidden_BxTxD, _ = self._layers(x_BxTxD, positions_BxT, mask_BxT, None, None)
         return hidden_BxTxD
 
     def hidden_states(self, input_ids_BxT: jax.Array, attention_mask_BxT=None) -> jax.Array:

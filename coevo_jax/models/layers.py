@@ -42,6 +42,19 @@ def constrain(x: jax.Array, logical_axes: tuple[str | None, ...]) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, spec)
 
 
+def batch_shards() -> int:
+    """How many ways the logical 'batch' axis is split on the active mesh (1 without rules or mesh)."""
+    rules = flax_spmd.get_logical_axis_rules()
+    mesh = jax.sharding.get_abstract_mesh()
+    if not rules or mesh.empty:
+        return 1
+    axes = dict(rules).get("batch")
+    if axes is None:
+        return 1
+    axes = (axes,) if isinstance(axes, str) else axes
+    return int(np.prod([mesh.shape[a] for a in axes]))
+
+
 class RMSNorm(nnx.Module):
     """Root-mean-square norm over the last axis; statistics in float32, output in the compute dtype."""
 

@@ -37,13 +37,9 @@ def token_logprobs(model: Decoder, batch: dict, chunk_size: int) -> jax.Array:
     """log pi(targets | prefix) per position, [R, L] float32, memory-lean per row."""
     hidden_RxLxD = model.hidden_states(batch["input_ids"], batch["attention_mask"])
     unembed_DxV = model.unembedding
-    chunk = min(chunk_size, hidden_RxLxD.shape[1])
-
-    def one_row(hidden_LxD, targets_L):
-        return losses.token_logprobs_from_hidden(hidden_LxD[None], unembed_DxV, targets_L[None], chunk)[0]
-
-    # vmap keeps rows (and their sharding) as the outer axis; the chunk scan runs along each row.
-    return jax.vmap(one_row)(hidden_RxLxD, batch["targets"])
+    # `chunk_size` is per row: every chunk of the scan holds chunk_size positions of all rows at once.
+    tokens_per_chunk = chunk_size * hidden_RxLxD.shape[0]
+    return losses.token_logprobs_from_hidden(hidden_RxLxD, unembed_DxV, batch["targets"], tokens_per_chunk)
 
 
 def pair_logprobs(model: Decoder, batch: dict, chunk_size: int) -> tuple[jax.Array, jax.Array, jax.Array]:
