@@ -1,0 +1,105 @@
+"""Decode throughput of coevo_jax's sampler on issue 8's anchor config: greedy, prompt 256, 128 new tokens.
+
+    python bench/decode_throughput.py                       # batches 1, 8, 32; float32 and bfloat16
+    python bench/decode_throughput.py --batches 8 --dtypes float32
+
+Random-init anchor model (`bench/anchor.py`; the transformers and tunix scripts use the same prompts),
+a KV cache of 384 slots (prompt + new tokens), no stop token, so every row generates 128 tokens.
+Per batch size: one warm-up run (compiles prefill and decode), then the median of `--repeats` runs of
+- end to end: prefill of the prompts + the 128-token decode loop, blocked until tokens are on the host
+  (what `generate` costs a caller; new tokens/s = batch * 128 / time);
+- decode only: the 128-token loop alone, prefill excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import anchor
+import numpy as np
+
+NEW = anchor.DECODE["new_tokens"]
+PROMPT = anchor.DECODE["prompt_length"]
+
+
+def bench_batch(dtype_name: str, batch: int, repeats: int) -> dict:
+    import jax
+    from flax import nnx
+
+    from coevo_jax.models import Decoder, ModelConfig
+    from coevo_jax.sampling import Sampler, SamplingConfig
+
+    fields = {k: v for k, v in anchor.MODEL.items() if k != "tie_word_embeddings"}
+    cfg = ModelConfig(**fields, tie_word_embeddings=False, dtype=dtype_name, param_dtype="float32")
+    sampler, params = Sampler.for_model(
+        Decoder(cfg, rngs=nnx.Rngs(0)),
+        batch_size=batch,
+        cache_len=PROMPT + NEW,
+        sampling=SamplingConfig(max_new_tokens=NEW),
+    )
+    prompts = anchor.decode_prompts(batch).tolist()
+
+    def run(key):
+        start = time.perf_counter()
+        logits, cache = sampler.prefill(params, sampler.init_cache(), prompts, [0] * batch)
+        jax.block_until_ready(logits)
+        decode_start = time.perf_counter()
+        result, _ = sampler.decode(params, cache, logits, [True] * batch, key)
+        tokens = np.asarray(result.tokens_BxN)
+        end = time.perf_counter()
+        if not np.all(np.asarray(result.counts_B) == NEW):
+            raise RuntimeError(f"rows stopped early: {np.asarray(result.counts_B)}")
+        return end - start, end - decode_start, tokens
+
+    run(jax.random.key(0))  # compile
+    totals, decodes = [], []
+    for repeat in range(repeats):
+        total, decode, _ = run(jax.random.key(repeat + 1))
+        totals.append(total)
+        decodes.append(decode)
+    total, decode = anchor.summarize(totals), anchor.summarize(decodes)
+    return {
+        "dtype": dtype_name,
+        "batch": batch,
+        "run": total,
+        "new_tokens_per_s": batch * NEW / total["median_s"],
+        "decode_only_new_tokens_per_s": batch * NEW / decode["median_s"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batches", type=int, nargs="+", default=list(anchor.DECODE["batch_sizes"]))
+    parser.add_argument(
+        "--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"]
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=None, help="results directory (default bench/results)")
+    args = parser.parse_args()
+    import jax
+
+    results = [bench_batch(d, b, args.repeats) for d in args.dtypes for b in args.batches]
+    print(f"coevo_jax Sampler, jax {jax.__version__} on {jax.devices()[0].device_kind}")
+    print(f"{'dtype':9s} {'batch':>5} {'s/run':>7} {'new tok/s':>10} {'decode-only tok/s':>18}")
+    for r in results:
+        print(
+            f"{r['dtype']:9s} {r['batch']:5d} {r['run']['median_s']:7.2f} {r['new_tokens_per_s']:10.0f}"
+            f" {r['decode_only_new_tokens_per_s']:18.0f}"
+        )
+    anchor.write_result(
+        "decode_coevo_jax",
+        {
+            "framework": "coevo_jax",
+            "versions": {"jax": jax.__version__},
+            "device": str(jax.devices()[0].device_kind),
+            "results": results,
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()
