@@ -105,3 +105,34 @@ def summarize(seconds: list[float]) -> dict:
         "max_s": float(arr.max()),
         "n": len(seconds),
     }
+
+
+def decode_result(dtype: str, batch: int, run: dict, first_token: dict | None) -> dict:
+    """One decode row of the peers' JSON: `run` times 128 new tokens, `first_token` (optional) times 1;
+    decode-only tokens/s = batch * 127 / (their median difference)."""
+    new = DECODE["new_tokens"]
+    decode_only = None
+    if first_token is not None:
+        gap = run["median_s"] - first_token["median_s"]
+        decode_only = batch * (new - 1) / gap if gap > 0 else None
+    return {
+        "dtype": dtype,
+        "batch": batch,
+        "run": run,
+        "new_tokens_per_s": batch * new / run["median_s"],
+        "decode_only_new_tokens_per_s": decode_only,
+    }
+
+
+def print_decode_header() -> None:
+    print(
+        f"{'dtype':<9} {'batch':>5} {'median s':>9} {'min s':>7} {'max s':>7} {'new tok/s':>10} {'decode tok/s':>12}"
+    )
+
+
+def print_decode_row(r: dict) -> None:
+    d = r["decode_only_new_tokens_per_s"]
+    print(
+        f"{r['dtype']:<9} {r['batch']:>5} {r['run']['median_s']:>9.3f} {r['run']['min_s']:>7.3f} "
+        f"{r['run']['max_s']:>7.3f} {r['new_tokens_per_s']:>10.0f} {'-' if d is None else f'{d:.0f}':>12}"
+    )

@@ -182,9 +182,14 @@ def coevo_loss(
 KEEP_PROBS_MAX_BYTES = 512 << 20
 
 
+def _chunk_logits(hidden_BxCxD, unembed_DxV):
+    """Float32 logits [B, C, V] of one chunk (the forward, and the backward when it recomputes them)."""
+    return jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+
+
 def _chunk_forward(hidden_BxCxD, unembed_DxV, targets_BxC):
     """(token log-probs [B, C], log-normaliser [B, C], logits [B, C, V]) of one chunk, float32."""
-    logits_BxCxV = jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+    logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV)
     log_normaliser_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
     target_BxC = jnp.take_along_axis(logits_BxCxV, targets_BxC[..., None], axis=-1)[..., 0]
     return target_BxC - log_normaliser_BxC, log_normaliser_BxC, logits_BxCxV
@@ -214,8 +219,8 @@ def _scan_logprobs_bwd(keep_probs, residuals, d_logps_KxBxC):
     def body(d_unembed_DxV, chunk):
         hidden_BxCxD, targets_BxC, log_normaliser_BxC, d_logps_BxC, probs_BxCxV = chunk
         if probs_BxCxV is None:
-            logits = jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
-            probs_BxCxV = jnp.exp(logits - log_normaliser_BxC[..., None])
+            logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV)
+            probs_BxCxV = jnp.exp(logits_BxCxV - log_normaliser_BxC[..., None])
         onehot_BxCxV = targets_BxC[..., None] == jnp.arange(vocab, dtype=targets_BxC.dtype)
         d_logits = d_logps_BxC.astype(jnp.float32)[..., None] * (
             onehot_BxCxV.astype(jnp.float32) - probs_BxCxV

@@ -85,32 +85,8 @@ def measure(sampler, dtype: str, batch: int, args) -> dict:
     new = anchor.DECODE["new_tokens"]
     rows = list(anchor.decode_prompts(batch))
     run = timed(sampler, rows, new, args.runs)
-    decode_only = None
-    if not args.no_decode_only:
-        first = timed(sampler, rows, 1, args.runs)
-        gap = run["median_s"] - first["median_s"]
-        decode_only = batch * (new - 1) / gap if gap > 0 else None
-    return {
-        "dtype": dtype,
-        "batch": batch,
-        "run": run,
-        "new_tokens_per_s": batch * new / run["median_s"],
-        "decode_only_new_tokens_per_s": decode_only,
-    }
-
-
-def print_row(r: dict) -> None:
-    d = r["decode_only_new_tokens_per_s"]
-    print(
-        f"{r['dtype']:<9} {r['batch']:>5} {r['run']['median_s']:>9.3f} {r['run']['min_s']:>7.3f} "
-        f"{r['run']['max_s']:>7.3f} {r['new_tokens_per_s']:>10.0f} {'-' if d is None else f'{d:.0f}':>12}"
-    )
-
-
-def print_header() -> None:
-    print(
-        f"{'dtype':<9} {'batch':>5} {'median s':>9} {'min s':>7} {'max s':>7} {'new tok/s':>10} {'decode tok/s':>12}"
-    )
+    first = None if args.no_decode_only else timed(sampler, rows, 1, args.runs)
+    return anchor.decode_result(dtype, batch, run, first)
 
 
 def parse_args() -> argparse.Namespace:
@@ -129,18 +105,18 @@ def main() -> None:
     check_device(args.device)
     batches = [int(b) for b in args.batches.split(",") if b]
     results = []
-    print_header()
+    anchor.print_decode_header()
     for dtype in [d for d in args.dtypes.split(",") if d]:
         sampler = make_sampler(dtype)
         for batch in batches:
             results.append(measure(sampler, dtype, batch, args))
-            print_row(results[-1])
+            anchor.print_decode_row(results[-1])
     versions = {name: version(name) for name in ("google-tunix", "jax", "jaxlib", "flax")}
     device = str(jax.devices()[0])
     print(f"\ntunix Sampler, {device}, {versions}")
-    print_header()
+    anchor.print_decode_header()
     for r in results:
-        print_row(r)
+        anchor.print_decode_row(r)
     payload = {
         "framework": "tunix",
         "versions": versions,
