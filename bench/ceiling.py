@@ -5,7 +5,8 @@
 Float32 products accumulate in float32 (on a GPU XLA's default precision may use TF32); bfloat16
 products take bfloat16 inputs and give a float32 result (as our bf16-compute steps do). Median of 10
 timed products after 2 warm-ups, 2048^3 each on the CPU, 8192^3 on an accelerator (where 2048^3 is too
-small to keep it busy).
+small to keep it busy). The memory bandwidth is a streaming read of a 256 MiB buffer (a jitted sum),
+the bound on decoding (see `bench/flops.py`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,23 @@ def matmul_gflops(dtype_name: str, size: int | None = None, repeats: int = 10) -
     return 2 * size**3 / float(np.median(times)) / 1e9
 
 
+def memory_gbps(megabytes: int = 256, repeats: int = 10) -> float:
+    """Median GB/s of a jitted sum over a float32 buffer far larger than the caches (a streaming read)."""
+    import jax
+    import jax.numpy as jnp
+
+    values = jnp.ones((megabytes * 2**20 // 4,), jnp.float32)
+    total = jax.jit(jnp.sum)
+    for _ in range(2):
+        total(values).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total(values).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return values.nbytes / float(np.median(times)) / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -55,6 +73,8 @@ def main() -> None:
     results = {name: matmul_gflops(name, size) for name in ("float32", "bfloat16")}
     for name, gflops in results.items():
         print(f"XLA {name:8s} {size}^3 matmul: {gflops:7.0f} GFLOP/s")
+    bandwidth = memory_gbps()
+    print(f"XLA streaming read: {bandwidth:7.1f} GB/s")
     write_result(
         "ceiling_xla",
         {
@@ -62,6 +82,7 @@ def main() -> None:
             "jax": jax.__version__,
             "size": size,
             "gflops": results,
+            "memory_gbps": bandwidth,
         },
         args.out,
     )

@@ -99,7 +99,30 @@ def targets(dpo: dict[str, dict], decode: dict[str, dict]) -> list[str]:
         theirs = _decode_at(decode.get(peer), 8)
         ratio = None if mine is None or theirs is None else mine / theirs
         check(f"float32 decode at batch 8, speed-up over {peer}", ratio, 3)
+    lines += _decode_bound_lines(decode)
     return lines
+
+
+def _decode_bound_lines(decode: dict[str, dict]) -> list[str]:
+    """How far the float32 batch-8 decode is from the memory-bandwidth / matmul-ceiling bound."""
+    ours = decode.get("coevo_jax")
+    found = [r for r in (ours or {}).get("results", []) if r["batch"] == 8 and r["dtype"] == "float32"]
+    if not found or "bounds" not in found[0]:
+        return []
+    r, bound = found[0], found[0]["bounds"]
+    peers = [
+        f"{bound['max_new_tokens_per_s'] / theirs:.1f}x {peer}"
+        for peer in ("transformers", "tunix")
+        if (theirs := _decode_at(decode.get(peer), 8))
+    ]
+    return [
+        f"- float32 decode at batch 8 against its bound: a step takes {r['decode_step_ms']:.2f} ms, the floor "
+        f"is {bound['decode_step_floor_ms']:.2f} ms ({bound['decode_step_bytes'] / 1e6:.0f} MB per step at "
+        f"{ours['memory_gbps']:.0f} GB/s); with the prefill floor ({bound['prefill_floor_s'] * 1e3:.0f} ms) at "
+        f"most {bound['max_new_tokens_per_s']:.0f} new tokens/s end to end"
+        + (f", i.e. at most {', '.join(peers)}" if peers else "")
+        + f"; measured {r['new_tokens_per_s']:.0f} ({r['new_tokens_per_s'] / bound['max_new_tokens_per_s']:.0%} of it)"
+    ]
 
 
 def summary(results: Path) -> str:

@@ -8,7 +8,12 @@ a KV cache of 384 slots (prompt + new tokens), no stop token, so every row gener
 Per batch size: one warm-up run (compiles prefill and decode), then the median of `--repeats` runs of
 - end to end: prefill of the prompts + the 128-token decode loop, blocked until tokens are on the host
   (what `generate` costs a caller; new tokens/s = batch * 128 / time);
-- decode only: the 128-token loop alone, prefill excluded.
+- decode only: the 128-token loop alone, prefill excluded (127 forward steps: the first new token
+  comes from the prefill's logits).
+Bounds (`bench/flops.py`, `bench/ceiling.py`): a decode step must read every matmul weight and every
+row's whole KV cache, so bytes per step over the measured streaming bandwidth is a floor on its time;
+the prefill's useful FLOPs over the measured matmul ceiling are a floor on the prefill. Together they cap
+the end-to-end new tokens/s any implementation of this model can reach on this machine.
 """
 
 from __future__ import annotations
@@ -17,10 +22,29 @@ import argparse
 import time
 
 import anchor
+import ceiling
+import flops
 import numpy as np
 
 NEW = anchor.DECODE["new_tokens"]
 PROMPT = anchor.DECODE["prompt_length"]
+
+
+def bounds(dtype_name: str, batch: int, gbps: float, gflops: float) -> dict:
+    """Floors on the decode step and the prefill, and the end-to-end new tokens/s they allow."""
+    import jax.numpy as jnp
+
+    step_bytes = flops.decode_step_bytes(
+        anchor.MODEL, batch, PROMPT + NEW, bytes_per_value=jnp.dtype(dtype_name).itemsize
+    )
+    step_floor_s = step_bytes / (gbps * 1e9)
+    prefill_floor_s = batch * flops.forward_flops(anchor.MODEL, PROMPT) / (gflops * 1e9)
+    return {
+        "decode_step_bytes": step_bytes,
+        "decode_step_floor_ms": step_floor_s * 1e3,
+        "prefill_floor_s": prefill_floor_s,
+        "max_new_tokens_per_s": batch * NEW / (prefill_floor_s + (NEW - 1) * step_floor_s),
+    }
 
 
 def bench_batch(dtype_name: str, batch: int, repeats: int) -> dict:
@@ -63,8 +87,10 @@ def bench_batch(dtype_name: str, batch: int, repeats: int) -> dict:
         "dtype": dtype_name,
         "batch": batch,
         "run": total,
+        "decode_only": decode,
         "new_tokens_per_s": batch * NEW / total["median_s"],
         "decode_only_new_tokens_per_s": batch * NEW / decode["median_s"],
+        "decode_step_ms": decode["median_s"] / (NEW - 1) * 1e3,
     }
 
 
@@ -82,12 +108,22 @@ def main() -> None:
     import jax
 
     results = [bench_batch(d, b, args.repeats) for d in args.dtypes for b in args.batches]
-    print(f"coevo_jax Sampler, jax {jax.__version__} on {jax.devices()[0].device_kind}")
-    print(f"{'dtype':9s} {'batch':>5} {'s/run':>7} {'new tok/s':>10} {'decode-only tok/s':>18}")
+    gbps = ceiling.memory_gbps()
+    gflops = {d: ceiling.matmul_gflops(d) for d in args.dtypes}
     for r in results:
+        r["bounds"] = bounds(r["dtype"], r["batch"], gbps, gflops[r["dtype"]])
+    print(f"coevo_jax Sampler, jax {jax.__version__} on {jax.devices()[0].device_kind}")
+    print(f"streaming read {gbps:.1f} GB/s; matmul ceiling (GFLOP/s) {gflops}")
+    print(
+        f"{'dtype':9s} {'batch':>5} {'s/run':>7} {'new tok/s':>10} {'decode-only tok/s':>18}"
+        f" {'ms/step':>8} {'floor ms':>9} {'max new tok/s':>14}"
+    )
+    for r in results:
+        b = r["bounds"]
         print(
             f"{r['dtype']:9s} {r['batch']:5d} {r['run']['median_s']:7.2f} {r['new_tokens_per_s']:10.0f}"
-            f" {r['decode_only_new_tokens_per_s']:18.0f}"
+            f" {r['decode_only_new_tokens_per_s']:18.0f} {r['decode_step_ms']:8.2f}"
+            f" {b['decode_step_floor_ms']:9.2f} {b['max_new_tokens_per_s']:14.0f}"
         )
     anchor.write_result(
         "decode_coevo_jax",
@@ -95,6 +131,8 @@ def main() -> None:
             "framework": "coevo_jax",
             "versions": {"jax": jax.__version__},
             "device": str(jax.devices()[0].device_kind),
+            "memory_gbps": gbps,
+            "ceilings_gflops": gflops,
             "results": results,
         },
         args.out,

@@ -8,6 +8,11 @@ Useful FLOPs of one forward pass over a sequence of T tokens:
   half is not useful work, whatever an implementation spends on it.
 A train step is forward + backward = 3x the forward (the backward has two matmuls per forward matmul);
 recomputation (rematerialisation, FlashAttention-style recompute) is never counted as useful.
+
+Decoding one token per row is not limited by FLOPs but by memory traffic: every step reads all matmul
+weights once (shared by the batch's rows) and every row's whole KV cache (the sampler's shapes are
+static, so all `cache_len` slots are read whether filled or not). `decode_step_bytes` counts that
+traffic; over the measured memory bandwidth (`bench/ceiling.py`) it gives a floor on the time per step.
 """
 
 from __future__ import annotations
@@ -34,3 +39,9 @@ def dpo_step_flops(model: dict, pairs: int, length: int, reference_forward: bool
     sequences = 2 * pairs
     per_sequence = forward_flops(model, length)
     return sequences * per_sequence * (3 + (1 if reference_forward else 0))
+
+
+def decode_step_bytes(model: dict, batch: int, cache_len: int, bytes_per_value: int = 4) -> float:
+    """Bytes one decode step must read: the matmul weights once, and every row's keys and values."""
+    kv = model["num_layers"] * 2 * batch * model["num_kv_heads"] * cache_len * model["head_dim"]
+    return float(bytes_per_value * (matmul_params(model) + kv))

@@ -73,6 +73,20 @@ def main() -> None:
     print(f"{'ms/step':>8} {'share':>6}  op  shape  JAX op")
     for name, ms in per_op.most_common(args.top):
         print(f"{ms:8.1f} {ms / total:6.1%}  {name}  {names[name][:140]}")
+    per_kind = collections.Counter()
+    for name, ms in per_op.items():
+        per_kind[_kind(names[name])] += ms
+    print(f"\nby JAX primitive (last part of the op name):\n{'ms/step':>8} {'share':>6}  primitive")
+    for kind, ms in per_kind.most_common():
+        print(f"{ms:8.1f} {ms / total:6.1%}  {kind}")
+
+
+def _kind(described: str) -> str:
+    """The JAX primitive an op came from ('dot_general', 'exp', ...), from its `op_name` path."""
+    parts = described.split(maxsplit=1)
+    if len(parts) < 2 or not parts[1].strip():
+        return "(no op_name: layout copy or XLA-inserted)"
+    return parts[1].split(";")[0].rstrip("/").split("/")[-1]
 
 
 if __name__ == "__main__":
