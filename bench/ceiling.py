@@ -23,6 +23,18 @@ def default_size() -> int:
     return 2048 if jax.default_backend() == "cpu" else 8192
 
 
+def _median_seconds(run, repeats: int) -> float:
+    """Median wall time of `run()` (blocked until its result is ready) after 2 untimed warm-up calls."""
+    for _ in range(2):
+        run().block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run().block_until_ready()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
 def matmul_gflops(dtype_name: str, size: int | None = None, repeats: int = 10) -> float:
     """Median GFLOP/s of a jitted [size, size] x [size, size] product."""
     import jax
@@ -33,14 +45,7 @@ def matmul_gflops(dtype_name: str, size: int | None = None, repeats: int = 10) -
     a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32).astype(dtype)
     b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32).astype(dtype)
     product = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
-    for _ in range(2):
-        product(a, b).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        product(a, b).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return 2 * size**3 / float(np.median(times)) / 1e9
+    return 2 * size**3 / _median_seconds(lambda: product(a, b), repeats) / 1e9
 
 
 def memory_gbps(megabytes: int = 256, repeats: int = 10) -> float:
@@ -50,14 +55,7 @@ def memory_gbps(megabytes: int = 256, repeats: int = 10) -> float:
 
     values = jnp.ones((megabytes * 2**20 // 4,), jnp.float32)
     total = jax.jit(jnp.sum)
-    for _ in range(2):
-        total(values).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        total(values).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return values.nbytes / float(np.median(times)) / 1e9
+    return values.nbytes / _median_seconds(lambda: total(values), repeats) / 1e9
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from shapes import tiny_llama
+from shapes import anchor_config
 
 from coevo_jax.models import Decoder
 from coevo_jax.sampling import Sampler, SamplingConfig
@@ -31,7 +31,7 @@ def main() -> None:
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
     print(f"{'vocab':>6} {'slots':>6} {'batch':>5} {'ms/step':>8} {'tokens/s':>9}")
     for vocab in (620, 8192):
-        cfg = tiny_llama(vocab, dtype)
+        cfg = anchor_config(dtype, vocab)
         model = Decoder(cfg, rngs=nnx.Rngs(0))
         for cache_len in (512, 2048):
             for batch in (1, 8, 32):

@@ -50,12 +50,12 @@ def bounds(dtype_name: str, batch: int, gbps: float, gflops: float) -> dict:
 def bench_batch(dtype_name: str, batch: int, repeats: int) -> dict:
     import jax
     from flax import nnx
+    from shapes import anchor_config
 
-    from coevo_jax.models import Decoder, ModelConfig
+    from coevo_jax.models import Decoder
     from coevo_jax.sampling import Sampler, SamplingConfig
 
-    fields = {k: v for k, v in anchor.MODEL.items() if k != "tie_word_embeddings"}
-    cfg = ModelConfig(**fields, tie_word_embeddings=False, dtype=dtype_name, param_dtype="float32")
+    cfg = anchor_config(dtype_name)
     sampler, params = Sampler.for_model(
         Decoder(cfg, rngs=nnx.Rngs(0)),
         batch_size=batch,

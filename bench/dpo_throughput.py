@@ -46,14 +46,13 @@ def _pairs():
 
 def _setup(dtype_name: str):
     import jax
+    from shapes import anchor_config
 
     from coevo_jax import sharding
-    from coevo_jax.models import ModelConfig
     from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
     from coevo_jax.train.state import abstract_model, init_train_state, state_shardings
 
-    fields = {k: v for k, v in anchor.MODEL.items() if k != "tie_word_embeddings"}
-    cfg = ModelConfig(**fields, tie_word_embeddings=False, dtype=dtype_name, param_dtype="float32")
+    cfg = anchor_config(dtype_name)
     mesh = sharding.make_mesh(
         sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), jax.devices()[:1]
     )

@@ -108,7 +108,7 @@ def main() -> None:
 
     import jax
     import jax.numpy as jnp
-    from shapes import tiny_llama
+    from shapes import anchor_config
 
     from coevo_jax.data.chat_format import chat_format_for
     from coevo_jax.envs import make
@@ -120,7 +120,7 @@ def main() -> None:
     experts = env.expert_trajectories("train")
     tokenizer = train_tokenizer_for_trajectories(experts, vocab_size=1024)
     fmt = chat_format_for(tokenizer)
-    model_cfg = tiny_llama(len(tokenizer), jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32)
+    model_cfg = anchor_config(jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32, len(tokenizer))
     print(
         f"{jax.devices()[0].platform}: tiny policy, vocab {len(tokenizer)}, {args.dtype} compute, SFT {args.epochs} epochs"
     )

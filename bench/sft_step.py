@@ -14,7 +14,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from shapes import tiny_llama
+from shapes import anchor_config
 
 from coevo_jax import sharding
 from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--remat", action="store_true")
     args = parser.parse_args()
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
-    cfg = tiny_llama(VOCAB, dtype).replace(remat=args.remat)
+    cfg = anchor_config(dtype, VOCAB).replace(remat=args.remat)
     mesh = sharding.make_mesh(
         sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), jax.devices()[:1]
     )

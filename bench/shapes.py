@@ -1,21 +1,17 @@
-"""The model shapes the benchmark scripts share (run them as `python bench/<script>.py`)."""
+"""The model configs the benchmark scripts share (run them as `python bench/<script>.py`)."""
 
 from __future__ import annotations
 
+import anchor
 import jax.numpy as jnp
 
 from coevo_jax.models import ModelConfig
 
 
-def tiny_llama(vocab_size: int, dtype=jnp.float32) -> ModelConfig:
-    """Issue 8's anchor shape: hidden 256, intermediate 688, 4 layers, 8 query / 4 KV heads of 32."""
-    return ModelConfig(
-        vocab_size=vocab_size,
-        hidden_size=256,
-        intermediate_size=688,
-        num_layers=4,
-        num_heads=8,
-        num_kv_heads=4,
-        head_dim=32,
-        dtype=dtype,
-    )
+def anchor_config(dtype=jnp.float32, vocab_size: int | None = None) -> ModelConfig:
+    """Issue 8's anchor model (`anchor.MODEL`) with float32 parameters and `dtype` compute.
+
+    `vocab_size` replaces the anchor's 8192 for scripts that bring their own tokenizer.
+    """
+    fields = dict(anchor.MODEL) if vocab_size is None else {**anchor.MODEL, "vocab_size": vocab_size}
+    return ModelConfig(**fields, dtype=dtype)
