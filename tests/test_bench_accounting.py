@@ -37,9 +37,7 @@ def _matmul_shapes(model: dict) -> list[tuple[int, ...]]:
     """Shapes of the parameters that take part in matmuls: every >=2-d parameter except the embedding."""
     state = nnx.state(nnx.eval_shape(lambda: Decoder(_config(model), rngs=nnx.Rngs(0))), nnx.Param)
     return [
-        tuple(v.shape)
-        for path, v in nnx.to_flat_state(state)
-        if len(v.shape) >= 2 and path != ("embed",)
+        tuple(v.shape) for path, v in nnx.to_flat_state(state) if len(v.shape) >= 2 and path != ("embed",)
     ]
 
 
@@ -54,7 +52,8 @@ def test_forward_flops_against_a_per_query_count(length):
     # scores t keys and mixes t values, 2 * head_dim FLOPs each, per query head and layer.
     weights = sum(2.0 * length * np.prod(s, dtype=np.float64) for s in _matmul_shapes(SMALL))
     per_query = [
-        SMALL["num_layers"] * SMALL["num_heads"] * 2 * (2.0 * SMALL["head_dim"] * t) for t in range(1, length + 1)
+        SMALL["num_layers"] * SMALL["num_heads"] * 2 * (2.0 * SMALL["head_dim"] * t)
+        for t in range(1, length + 1)
     ]
     expected = weights + np.sum(np.asarray(per_query, np.float64))
     assert flops.forward_flops(SMALL, length) == pytest.approx(expected, rel=1e-12)
@@ -68,4 +67,7 @@ def test_decode_step_bytes_match_weights_and_cache(batch, cache_len):
     cache_bytes = sum(a.size * a.dtype.itemsize for a in (*cache.keys, *cache.values))
     weight_bytes = 4 * sum(int(np.prod(s)) for s in _matmul_shapes(SMALL))
     assert flops.decode_step_bytes(SMALL, batch, cache_len) == weight_bytes + cache_bytes
-    assert flops.decode_step_bytes(SMALL, batch, cache_len, bytes_per_value=2) == (weight_bytes + cache_bytes) / 2
+    assert (
+        flops.decode_step_bytes(SMALL, batch, cache_len, bytes_per_value=2)
+        == (weight_bytes + cache_bytes) / 2
+    )

@@ -24,6 +24,7 @@ from flax import nnx
 
 from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.dense import dense
 from coevo_jax.models.kv_cache import KVCache, place_chunk, write_chunk
 from coevo_jax.models.layers import (
     RMSNorm,
@@ -63,7 +64,8 @@ class Attention(nnx.Module):
         self.dtype = cfg.dtype
 
     def _project(self, x_BxTxD, kernel, bias, norm, positions_BxT):
-        y_BxTxNxE = jnp.einsum("btd,dne->btne", x_BxTxD, kernel[...].astype(self.dtype))
+        d, n, e = kernel.shape
+        y_BxTxNxE = dense(x_BxTxD, kernel[...].reshape(d, n * e)).reshape(*x_BxTxD.shape[:-1], n, e)
         if bias is not None:
             y_BxTxNxE = y_BxTxNxE + bias[...].astype(self.dtype)
         if norm is not None:
@@ -97,7 +99,10 @@ class Attention(nnx.Module):
             )
         else:
             out_BxTxHxE = attend(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask)
-        out_BxTxD = jnp.einsum("bthe,hed->btd", out_BxTxHxE, self.o_kernel[...].astype(self.dtype))
+        h, e, d = self.o_kernel.shape
+        out_BxTxD = dense(
+            out_BxTxHxE.reshape(*out_BxTxHxE.shape[:-2], h * e), self.o_kernel[...].reshape(h * e, d)
+        )
         if self.o_bias is not None:
             out_BxTxD = out_BxTxD + self.o_bias[...].astype(self.dtype)
         return out_BxTxD, new_cache
@@ -118,7 +123,7 @@ class MLP(nnx.Module):
         self.dtype = cfg.dtype
 
     def _dense(self, x, kernel, bias):
-        y = x @ kernel[...].astype(self.dtype)
+        y = dense(x, kernel[...])
         return y if bias is None else y + bias[...].astype(self.dtype)
 
     def __call__(self, x_BxTxD):

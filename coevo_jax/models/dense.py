@@ -1,0 +1,44 @@
+"""`dense`: x @ kernel in the compute dtype, accumulated in float32, with a backward that stays in it too.
+
+Why not plain `x @ kernel.astype(dtype)`: XLA's CPU backend has no bf16 x bf16 -> bf16 matmul, so it
+runs such a product (and the two products of its autodiff backward, whose operands mix a float32
+cotangent with bf16 values) as a float32 matmul between converted copies of the operands: the "bf16"
+train step then did most of its matmuls in float32 (`bench/profile_dpo_step.py`). A bf16 x bf16 ->
+float32 product (`preferred_element_type`) does run in bf16, 1.6-2.5x faster on this CPU, so every
+product here asks for a float32 result and rounds it to the compute dtype afterwards. On accelerators
+that is what the matmul units do anyway (bf16 inputs, float32 accumulation), so the numbers do not
+change there. The kernel's gradient is returned in the kernel's own dtype straight from the float32
+accumulator, so float32 master weights get a gradient that was never rounded to bf16.
+
+Shape legend: M the leading (batch, length, ...) axes of `x`, K contracted, N output features.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def _product(a, b, spec: str, dtype) -> jax.Array:
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32).astype(dtype)
+
+
+@jax.custom_vjp
+def dense(x_MxK: jax.Array, kernel_KxN: jax.Array) -> jax.Array:
+    """x [..., K] @ kernel [K, N] -> [..., N] in x's dtype; the kernel is cast to x's dtype first."""
+    return _product(x_MxK, kernel_KxN.astype(x_MxK.dtype), "...k,kn->...n", x_MxK.dtype)
+
+
+def _dense_fwd(x_MxK, kernel_KxN):
+    return dense(x_MxK, kernel_KxN), (x_MxK, kernel_KxN)
+
+
+def _dense_bwd(residuals, d_out_MxN):
+    x_MxK, kernel_KxN = residuals
+    d_out_MxN = d_out_MxN.astype(x_MxK.dtype)
+    d_x = _product(d_out_MxN, kernel_KxN.astype(x_MxK.dtype), "...n,kn->...k", x_MxK.dtype)
+    d_kernel = _product(x_MxK, d_out_MxN, "...k,...n->kn", kernel_KxN.dtype)
+    return d_x, d_kernel
+
+
+dense.defvjp(_dense_fwd, _dense_bwd)
