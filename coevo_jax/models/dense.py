@@ -5,10 +5,11 @@ runs such a product (and the two products of its autodiff backward, whose operan
 cotangent with bf16 values) as a float32 matmul between converted copies of the operands: the "bf16"
 train step then did most of its matmuls in float32 (`bench/profile_dpo_step.py`). A bf16 x bf16 ->
 float32 product (`preferred_element_type`) does run in bf16, 1.6-2.5x faster on this CPU, so every
-product here asks for a float32 result and rounds it to the compute dtype afterwards. On accelerators
-that is what the matmul units do anyway (bf16 inputs, float32 accumulation), so the numbers do not
-change there. The kernel's gradient is returned in the kernel's own dtype straight from the float32
-accumulator, so float32 master weights get a gradient that was never rounded to bf16.
+product here asks XLA:CPU for a float32 result and rounds it to the compute dtype afterwards; on
+accelerators the products return the compute dtype directly, as before (their matmul units accumulate
+in float32 either way, so the numbers are the same). On every backend the kernel's gradient comes
+straight from the float32 accumulator in the kernel's own dtype, so float32 master weights get a
+gradient that was never rounded to bf16.
 
 Shape legend: M the leading (batch, length, ...) axes of `x`, K contracted, N output features.
 """
@@ -20,7 +21,10 @@ import jax.numpy as jnp
 
 
 def _product(a, b, spec: str, dtype) -> jax.Array:
-    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32).astype(dtype)
+    """einsum of same-dtype operands, accumulated in float32, returned in `dtype`."""
+    float32_result = dtype == jnp.float32 or jax.default_backend() == "cpu"
+    result_dtype = jnp.float32 if float32_result else dtype
+    return jnp.einsum(spec, a, b, preferred_element_type=result_dtype).astype(dtype)
 
 
 @jax.custom_vjp
