@@ -23,6 +23,7 @@ def get_config() -> ConfigDict:
     config.env = ConfigDict()
     config.env.name = "builtin"
     config.env.kwargs = ConfigDict({"seed": 0, "num_train": 300, "num_test_seen": 50, "num_test_unseen": 50})
+    config.env.eval_splits = ("test_seen", "test_unseen")
     config.env.explore_tasks = 64
     config.env.eval_tasks = 50
 

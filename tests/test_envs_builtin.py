@@ -11,7 +11,7 @@ from coevo_jax.envs.builtin import BuiltinEnv
 from coevo_jax.envs.builtin_tasks import SEEN_FAMILIES, UNSEEN_FAMILIES
 from coevo_jax.envs.builtin_world import NO_MATCH
 
-SPLITS = ("train", "test_seen", "test_unseen")
+SPLITS = ("train", "dev", "dev_unseen", "test_seen", "test_unseen")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def random_episode(env, task_id, rng):
 
 def test_splits_sizes_and_unknown_names(env):
     assert env.splits() == SPLITS
-    assert [len(env.tasks(split)) for split in SPLITS] == [300, 50, 50]
+    assert [len(env.tasks(split)) for split in SPLITS] == [300, 50, 50, 50, 50]
     with pytest.raises(ValueError, match="validation"):
         env.tasks("validation")
     with pytest.raises(ValueError, match="heat/9999"):
@@ -112,11 +112,21 @@ def test_unseen_families_are_new_and_seen_splits_are_disjoint_instances(env):
         == {family(t) for t in env.tasks("test_seen")}
         == set(SEEN_FAMILIES)
     )
+    assert {family(t) for t in env.tasks("dev")} == set(SEEN_FAMILIES)
     assert {family(t) for t in env.tasks("test_unseen")} == set(UNSEEN_FAMILIES)
+    assert {family(t) for t in env.tasks("dev_unseen")} == set(UNSEEN_FAMILIES)
     assert not set(SEEN_FAMILIES) & set(UNSEEN_FAMILIES)
-    train_layouts = {env.task(t).layout for t in env.tasks("train")}
-    assert len(train_layouts) == 300
-    assert not train_layouts & {env.task(t).layout for t in env.tasks("test_seen")}
+    layouts = {split: {env.task(t).layout for t in env.tasks(split)} for split in SPLITS}
+    assert {split: len(found) for split, found in layouts.items()} == dict(zip(SPLITS, [300, 50, 50, 50, 50]))
+    for first, second in [("train", "dev"), ("train", "test_seen"), ("dev", "test_seen")]:
+        assert not layouts[first] & layouts[second], (first, second)
+    assert not layouts["dev_unseen"] & layouts["test_unseen"]
+
+
+def test_dev_and_test_splits_do_not_depend_on_the_number_of_train_tasks(env):
+    larger = BuiltinEnv(seed=0, num_train=700)
+    for split in ("dev", "dev_unseen", "test_seen", "test_unseen"):
+        assert larger.tasks(split) == env.tasks(split), split
 
 
 def test_invalid_actions_get_feedback_and_leave_the_score(env):

@@ -1,7 +1,7 @@
 """`BuiltinEnv`: the default environment, small procedural ScienceWorld-like tasks in pure Python.
 
 Four rooms, food, containers, a stove, a freezer, a knife and a mixing bowl (`builtin_world`); task families
-of 3–6 subgoals each, seen ones for train/test_seen and unseen recombinations for test_unseen
+of 3–6 subgoals each, seen ones for train/dev/test_seen and unseen recombinations for dev_unseen/test_unseen
 (`builtin_tasks`, whose docstring lists them). The score after each step is the fraction of the task's
 subgoals reached so far: a reached subgoal stays reached, so the score never decreases, and it is exactly 1.0
 when all are reached, which ends the episode (`done`). Failed episodes therefore land on partial scores
@@ -19,7 +19,7 @@ from coevo_jax.envs.base import Environment, ExpertStep, StepResult, record_expe
 from coevo_jax.envs.builtin_tasks import Task, build_splits, expert_steps, holds
 from coevo_jax.envs.builtin_world import World
 
-SPLITS = ("train", "test_seen", "test_unseen")
+SPLITS = ("train", "dev", "dev_unseen", "test_seen", "test_unseen")
 INSTRUCTION = (
     "You are an agent in a small house with four rooms: hallway, kitchen, workshop and greenhouse. "
     "The kitchen has a stove, a freezer and a bowl. Things in the stove get hot while it is on, and things in "
@@ -36,10 +36,22 @@ class BuiltinEnv(Environment):
     name = "builtin"
 
     def __init__(
-        self, seed: int = 0, num_train: int = 300, num_test_seen: int = 50, num_test_unseen: int = 50
+        self,
+        seed: int = 0,
+        num_train: int = 300,
+        num_test_seen: int = 50,
+        num_test_unseen: int = 50,
+        num_dev: int = 50,
+        num_dev_unseen: int = 50,
     ):
         self.seed = seed
-        sizes = {"train": num_train, "test_seen": num_test_seen, "test_unseen": num_test_unseen}
+        sizes = {
+            "train": num_train,
+            "dev": num_dev,
+            "dev_unseen": num_dev_unseen,
+            "test_seen": num_test_seen,
+            "test_unseen": num_test_unseen,
+        }
         self._splits = build_splits(seed, sizes)
         self._tasks = {task.task_id: task for tasks in self._splits.values() for task in tasks}
         self._expert_cache: dict[str, list[ExpertStep]] = {}

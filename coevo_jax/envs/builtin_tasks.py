@@ -10,15 +10,17 @@ Every task first asks to focus on its subject (X, or the bowl for a mix), and a 
 a task first needs X in hand (subgoal: X held). The last subgoal is the whole end state (e.g. "X is hot and in
 C"), so a task is complete exactly when all its subgoals have been reached.
 
-Seen families (splits train and test_seen, disjoint instances): heat, cool, move, slice, mix, cool-move,
-mix-heat. Unseen families (split test_unseen) recombine the same skills in ways training never shows:
-heat-move, mix-cool, slice-heat. Subgoals per task: 3 (move, slice), 4 (heat, cool, mix), 5 (cool-move,
+Seen families (splits train, dev and test_seen, disjoint instances): heat, cool, move, slice, mix, cool-move,
+mix-heat. Unseen families (splits test_unseen and dev_unseen) recombine the same skills in ways training never
+shows: heat-move, mix-cool, slice-heat. The two dev splits are for choosing hyperparameters, so that the test
+splits are never tuned on. Subgoals per task: 3 (move, slice), 4 (heat, cool, mix), 5 (cool-move,
 heat-move, slice-heat) or 6 (mix-heat, mix-cool).
 
 A task id is "FAMILY/NNNN"; its world comes from a `random.Random` seeded with crc32("SEED/FAMILY/NNNN"), so
 (seed, task id) alone rebuild it. An instance whose key layout (subject, targets, their rooms, start room)
-repeats an earlier index of its family is skipped, so a test_seen task is never a train task with other
-distractors.
+repeats an earlier index of its family is skipped, so a test_seen or dev task is never a train task with other
+distractors. Each seen family's distinct instances go to test_seen first, then dev, then train, so the test
+and dev tasks do not change with the number of train tasks; likewise test_unseen before dev_unseen.
 """
 
 from __future__ import annotations
@@ -202,9 +204,12 @@ def family_share(total: int, num_families: int, family_index: int) -> int:
 
 
 def build_splits(seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:
-    """The tasks of each split, families interleaved; test_seen takes each seen family's first instances."""
+    """The tasks of each split, families interleaved; each test split takes its families' first instances."""
     per_family: dict[str, list[list[Task]]] = {split: [] for split in sizes}
-    for families, splits in ((SEEN_FAMILIES, ("test_seen", "train")), (UNSEEN_FAMILIES, ("test_unseen",))):
+    for families, splits in (
+        (SEEN_FAMILIES, ("test_seen", "dev", "train")),
+        (UNSEEN_FAMILIES, ("test_unseen", "dev_unseen")),
+    ):
         for index, family in enumerate(families):
             stream = distinct_tasks(seed, family)
             for split in splits:
