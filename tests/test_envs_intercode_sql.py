@@ -365,6 +365,10 @@ def test_emulated_commands_and_errors(env):
         "You have an error in your SQL syntax"
     )
     assert normalize_action("  SELECT 1;  ") == "SELECT 1"
+    with pytest.raises(
+        ValueError, match=r"intercode_sql: a task id must be a string .*got int 809; use '809'"
+    ):
+        env.reset(809)
 
 
 def test_long_observations_can_be_truncated(cache):

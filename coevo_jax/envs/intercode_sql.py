@@ -28,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 
 from coevo_jax.envs import intercode_sql_mysql
-from coevo_jax.envs.base import Environment, StepResult
+from coevo_jax.envs.base import Environment, StepResult, check_task_id
 from coevo_jax.envs.intercode_sql_db import DATA_DIR, DUMP_PATH, build_databases, load_schema
 from coevo_jax.envs.intercode_sql_reward import intercode_reward
 from coevo_jax.envs.intercode_sql_sandbox import SqlError, SqlSandbox, TruncatedRows
@@ -245,7 +245,8 @@ class InterCodeSqlEnv(Environment):
 
     def record(self, task_id: str) -> dict:
         """The task's record of ic_spider_dev.json: db, query (the question), gold, hardness."""
-        if not (isinstance(task_id, str) and task_id.isdigit() and int(task_id) < len(self._records)):
+        check_task_id(self.name, task_id)
+        if not (task_id.isdigit() and int(task_id) < len(self._records)):
             raise ValueError(f"unknown {self.name} task id {task_id!r} (ids are 0..{len(self._records) - 1})")
         return self._records[int(task_id)]
 
