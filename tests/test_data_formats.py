@@ -153,3 +153,50 @@ def test_pairs_jsonl_round_trip(tmp_path):
     path.write_text(json.dumps(record) + "\n")
     with pytest.raises(DataFormatError, match=r"record 0: field 'chosen.reward'"):
         read_pairs_jsonl(path)
+
+
+def test_eto_files_that_are_not_utf8_name_the_file_and_line(tmp_path):
+    latin1 = tmp_path / "eto_latin1.json"
+    record = dict(ETO_RECORD, conversations=[dict(t) for t in ETO_RECORD["conversations"]])
+    record["conversations"][2]["value"] = "Observation: a café mug"
+    latin1.write_bytes(json.dumps([record], ensure_ascii=False).encode("latin-1"))
+    with pytest.raises(DataFormatError, match=r"eto_latin1.json: record -1: .*not UTF-8 text \(byte 0xe9"):
+        read_eto_conversations(latin1)
+    lines = tmp_path / "eto_mixed.jsonl"
+    good = json.dumps(ETO_RECORD, ensure_ascii=False).encode()
+    bad = json.dumps(dict(ETO_RECORD, id=8), ensure_ascii=False).encode().replace(b"red mug", b"r\xe9d mug")
+    lines.write_bytes(good + b"\n" + bad + b"\n")
+    with pytest.raises(
+        DataFormatError, match=r"eto_mixed.jsonl: record 1: field '<json>': line 2: not UTF-8"
+    ):
+        read_eto_conversations(lines)
+    trajectories, report = read_eto_conversations(lines, skip_bad=True, return_report=True)
+    assert [t.traj_id for t in trajectories] == ["7"] and report.num_bad == 1
+
+
+@pytest.mark.parametrize(
+    "field_name, value, problem",
+    [
+        ("lambda_dpo", float("nan"), "expected a finite number >= 0, got nan"),
+        ("lambda_sft", float("inf"), "expected a finite number >= 0, got inf"),
+        ("lambda_dpo", -1.0, "expected a finite number >= 0, got -1.0"),
+        ("chosen.reward", float("nan"), "expected a finite number, got nan"),
+        ("rejected.reward", float("-inf"), "expected a finite number, got -inf"),
+        ("chosen.reward", 0.1, "0.1 is not above rejected.reward 0.25"),
+    ],
+)
+def test_pair_files_with_bad_weights_or_rewards_are_refused(tmp_path, field_name, value, problem):
+    expert = next(t for t in read_trajectories(RECORDS) if t.traj_id == "intercode_sql_0_gpt-4")
+    target = Trajectory("sql0_tgt", expert.task_id, expert.messages[:4], 0.25, "target", prompt_len=3)
+    path = tmp_path / "pairs.jsonl"
+    write_pairs_jsonl(path, build_target_pairs([expert], [target], []))
+    record = json.loads(path.read_text().splitlines()[0])
+    if "." in field_name:
+        side, key = field_name.split(".")
+        record[side][key] = value
+    else:
+        record[field_name] = value
+    path.write_text(json.dumps(record) + "\n")  # json writes NaN and Infinity, as Python's reader accepts
+    with pytest.raises(DataFormatError, match=rf"pairs.jsonl: record 0: field '{field_name}': ") as info:
+        read_pairs_jsonl(path)
+    assert info.value.problem == problem

@@ -53,6 +53,8 @@ def test_splits_sizes_and_unknown_names(env):
         env.tasks("validation")
     with pytest.raises(ValueError, match="heat/9999"):
         env.reset("heat/9999")
+    with pytest.raises(ValueError, match=r"builtin: a task id must be a string .*got int 809; use '809'"):
+        env.reset(809)
     assert 80 <= len(env.instruction.split()) <= 150
 
 

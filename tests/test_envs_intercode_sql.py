@@ -5,21 +5,26 @@ import hashlib
 import itertools
 import json
 import math
+import random
+import re
 import sqlite3
+import time
 
 import numpy as np
 import pytest
 import scipy.stats
 from rollout_fixtures import smollm2_actor
 
-from coevo_jax.envs import make
+from coevo_jax.envs import intercode_sql_mysql, make
 from coevo_jax.envs.base import ExpertStep
 from coevo_jax.envs.intercode_sql import (
     MAX_STEPS,
     UNSEEN_DATABASES,
     InterCodeSqlEnv,
+    like_match,
     mysql_error_message,
     normalize_action,
+    render_output,
 )
 from coevo_jax.envs.intercode_sql_db import (
     DUMP_PATH,
@@ -38,7 +43,7 @@ from coevo_jax.envs.intercode_sql_experts import (
 )
 from coevo_jax.envs.intercode_sql_mysql import install as install_mysql_compat
 from coevo_jax.envs.intercode_sql_reward import intercode_reward, kendall_tau_b
-from coevo_jax.envs.intercode_sql_sandbox import QueryTimeout, SqlError, SqlSandbox
+from coevo_jax.envs.intercode_sql_sandbox import QueryTimeout, SqlError, SqlSandbox, TruncatedRows, _Watchdog
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, parse_action
 from coevo_jax.rollout import RolloutConfig, ScriptedActor, run_rollouts
 
@@ -255,8 +260,12 @@ def test_runaway_queries_are_stopped(sandbox):
         sandbox.execute(
             "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
         )
-    with pytest.raises(SqlError, match="more than"):
-        sandbox.execute("SELECT * FROM city a, city b")
+    few_rows = SqlSandbox(sandbox.path, max_rows=1000, prepare=install_mysql_compat)
+    with pytest.raises(SqlError, match="more than 1000 rows"):
+        few_rows.execute("SELECT a.ID FROM city a, city b")
+    few_rows.close()
+    big = sandbox.execute("SELECT * FROM city a, city b")  # 16 million rows: fetching stops at 1 MB
+    assert isinstance(big, TruncatedRows) and big.max_result_bytes == 1_000_000 and 10_000 < len(big) < 30_000
     with pytest.raises(SqlError, match="too big"):
         sandbox.execute("SELECT zeroblob(100000000)")
     assert sandbox.execute("SELECT Name FROM city WHERE ID = 1") == [("Kabul",)]
@@ -271,6 +280,39 @@ def test_mysql_collation_and_functions(sandbox):
     assert sandbox.execute("SELECT YEAR('2014-05-06'), MONTH('2014-05-06'), IF(1 > 2, 'a', 'b')") == [
         (2014, 5, "b")
     ]
+    # MySQL's FORMAT, not SQLite's printf alias: rounding half away from zero, thousands separated.
+    assert sandbox.execute("SELECT FORMAT(1234567.891, 2), FORMAT(-2.5, 0), FORMAT(0.125, 2, 'de_DE')") == [
+        ("1,234,567.89", "-3", "0.13")
+    ]
+    assert sandbox.execute("SELECT FORMAT(AVG(LifeExpectancy), 2) FROM country") == [("66.49",)]
+
+
+def test_the_collation_cache_keeps_only_short_strings():
+    intercode_sql_mysql._fold_cached.cache_clear()
+    long_strings = [("x" * 1_000_000) + str(i) for i in range(3)]
+    assert intercode_sql_mysql.mysql_ci_compare(long_strings[0], long_strings[1].upper()) == -1
+    assert intercode_sql_mysql.mysql_ci_compare("Ábc  ", "abc") == 0
+    info = intercode_sql_mysql._fold_cached.cache_info()
+    assert info.currsize == 2 and info.maxsize == intercode_sql_mysql.FOLD_CACHE_ENTRIES
+
+
+def test_the_watchdog_interrupts_at_its_deadline_and_never_after_stop():
+    connection = sqlite3.connect(
+        ":memory:", check_same_thread=False
+    )  # no progress handler: only the watchdog
+    endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
+    start = time.monotonic()
+    watchdog = _Watchdog(connection, 0.3)
+    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        connection.execute(endless)
+    watchdog.stop()
+    assert 0.25 < time.monotonic() - start < 2.0
+    _Watchdog(connection, 0.2).stop()
+    time.sleep(0.3)
+    counted = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10) SELECT max(x) FROM c"
+    )
+    assert connection.execute(counted).fetchall() == [(10,)]
 
 
 # -- the environment -----------------------------------------------------------------------------------------
@@ -323,6 +365,10 @@ def test_emulated_commands_and_errors(env):
         "You have an error in your SQL syntax"
     )
     assert normalize_action("  SELECT 1;  ") == "SELECT 1"
+    with pytest.raises(
+        ValueError, match=r"intercode_sql: a task id must be a string .*got int 809; use '809'"
+    ):
+        env.reset(809)
 
 
 def test_long_observations_can_be_truncated(cache):
@@ -331,6 +377,90 @@ def test_long_observations_can_be_truncated(cache):
     observation, _, _, _ = short.step("SELECT * FROM people")
     assert len(observation) == 50 + len(" ... (truncated)") and observation.endswith("(truncated)")
     short.close()
+
+
+def _like_reference(pattern: str, text: str) -> bool:
+    """LIKE as a regular expression (exponential on many %, so only for short patterns)."""
+    regex = "".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in pattern)
+    return re.fullmatch(regex, text, re.I | re.S) is not None
+
+
+def test_like_match_agrees_with_a_regular_expression_on_random_patterns():
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice("abAB_") for _ in range(rng.randrange(0, 8)))
+        pattern = "".join(rng.choice("aAb%%_") for _ in range(rng.randrange(0, 7)))
+        assert like_match(pattern, text) == _like_reference(pattern, text), (pattern, text)
+    assert like_match(r"poker\_%", "poker_player") and not like_match(r"poker\_%", "pokerXplayer")
+
+
+def test_normalize_action_reads_code_fences():
+    assert normalize_action("```sql\nSELECT 1;\n```") == "SELECT 1"
+    assert normalize_action("```MySQL SELECT 2```") == "SELECT 2"
+    assert normalize_action("```SELECT 3```") == "SELECT 3"
+    assert normalize_action("```sql\nSELECT 4") == "```sql\nSELECT 4"  # no closing fence: kept as is
+    assert normalize_action("````") == "````"
+
+
+def test_render_output_builds_only_what_it_shows():
+    rows = [(i, f"name {i}") for i in range(1000)]
+    assert render_output(rows) == str(rows) and render_output(None) == "None" and render_output([]) == "[]"
+    assert render_output(rows, 30) == str(rows)[:30] + " ... (truncated)"
+    cut = render_output(TruncatedRows(rows[:2], 64))
+    assert (
+        cut
+        == f"{rows[:2]} ... (truncated: the result is larger than 64 bytes; only its first 2 rows were fetched)"
+    )
+
+
+_DEADLINE_S = 1.0
+_HOSTILE_ACTIONS = {  # action -> what the observation must contain
+    "SHOW TABLES LIKE '" + "%" * 12 + "z'": "[]",
+    "SHOW TABLES LIKE '" + "%" * 5000 + "z'": "[]",
+    "SHOW TABLES LIKE '" + "%_" * 40 + "%r'": "[]",
+    "SHOW TABLES LIKE '" + "%p" * 2 + "%'": "[('people',), ('poker_player',)]",
+    "SELECT 1 WHERE '" + "a" * 5000 + "!' REGEXP '^(a+)+$'": "[]",
+    "SELECT 1 WHERE '" + "a" * 5000 + "!' REGEXP '^(a|aa)+$'": "maximum statement execution time exceeded",
+    "SELECT 1 WHERE '" + "a" * 40 + "!' REGEXP '^(a|a)*$'": "maximum statement execution time exceeded",
+    "SELECT Name FROM people WHERE '" + "x" * 3000 + "' REGEXP '(x+x+)+y'": "maximum statement execution",
+    "SELECT printf('%.*c', 2147483647, 'x')": "Error executing query: FUNCTION printf does not exist",
+    "SELECT PRINTF('%.*f', 2147483647, 1.0)": "Error executing query: FUNCTION printf does not exist",
+    "SELECT format('%.*c', 2147483647, 'x')": "[('0.000000000000000000000000000000',)]",
+    "```sql" + "\n" * 8000: "Error executing query",
+    "```" + "\n" * 8000 + "SELECT 1": "Error executing query",
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 250) SELECT zeroblob(999000) FROM c": (
+        "(truncated: the result is larger than 1000000 bytes; only its first 2 rows were fetched)"
+    ),
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400) SELECT randomblob(999000) FROM c": (
+        "(truncated: the result is larger than 1000000 bytes"
+    ),
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400) "
+    "SELECT replace(hex(zeroblob(499000)), '0', 'x') FROM c": "(truncated: the result is larger than 1000000 bytes",
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000) "
+    "SELECT hex(randomblob(400000)) AS h FROM c ORDER BY h COLLATE MYSQL_CI": "maximum statement execution time",
+    "SELECT 1 WHERE '" + "a" * 3000 + "' LIKE '" + "%a" * 200 + "%b'": "[]",
+}
+
+
+@pytest.mark.parametrize("action", list(_HOSTILE_ACTIONS), ids=lambda a: a[:40])
+def test_hostile_actions_are_answered_within_the_deadline(cache, action):
+    """Each once took from seconds to minutes or gigabytes (issue 24); the files stay unchanged."""
+    db_dir = build_databases(root=cache)
+    before = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in db_dir.glob("*.sqlite")}
+    environment = InterCodeSqlEnv(cache_root=cache, query_timeout_s=_DEADLINE_S)
+    environment.reset("0")
+    start = time.monotonic()
+    observation, score, done, _ = environment.step(action)
+    elapsed = time.monotonic() - start
+    assert elapsed < _DEADLINE_S + 1.5, f"{elapsed:.1f} s"
+    assert _HOSTILE_ACTIONS[action] in observation and len(observation) < 9_000_000
+    assert (score, done) == (0.0, False)
+    answer = "SELECT T1.Name FROM people AS T1 JOIN poker_player AS T2 ON T1.People_ID = T2.People_ID"
+    assert environment.step(answer + " ORDER BY T2.Final_Table_Made")[1] == 1.0  # still usable
+    environment.close()
+    assert {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in db_dir.glob("*.sqlite")
+    } == before
 
 
 def test_registry_builds_it():

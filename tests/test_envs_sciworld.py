@@ -89,6 +89,8 @@ def test_malformed_task_ids_are_refused_before_any_jvm_starts(bad):
         env.reset(bad)
     with pytest.raises(ValueError, match="no step limit"):
         env.reset("task-8-inclined-plane-determine-angle/0")  # ETO gives it no step limit
+    with pytest.raises(ValueError, match="sciworld: a task id must be a string"):
+        env.reset(3)
     assert not env.simulator.started
 
 

@@ -61,6 +61,8 @@ def test_eto_splits_and_text_env_options(fake_webshop):
     assert env.max_steps("2853") == MAX_STEPS == 10
     with pytest.raises(ValueError, match="not a session index"):
         env.reset("abc")
+    with pytest.raises(ValueError, match="webshop: a task id must be a string"):
+        env.reset(2853)
 
 
 def test_steps_follow_eto(fake_webshop):

@@ -95,6 +95,35 @@ def test_config_errors_name_the_group_and_field():
         ExperimentConfig.from_mapping({"methods": ("sft", "ppo")})
 
 
+@pytest.mark.parametrize(
+    "env_changes, error, message",
+    [
+        (
+            {"name": "nosuchenv"},
+            ValueError,
+            r"unknown environment 'nosuchenv'; registered: builtin, intercode_sql",
+        ),
+        (
+            {"kwargs": {"num_trian": 8}},
+            ValueError,
+            r"environment 'builtin': got an unexpected keyword .*num_trian",
+        ),
+        ({"train_split": "training"}, ValueError, r"builtin: unknown split 'training'"),
+        ({"eval_splits": ("test_seen", "dev")}, ValueError, r"builtin: unknown split 'dev'"),
+        (
+            {"experts_path": "/nonexistent/experts.jsonl"},
+            FileNotFoundError,
+            r"env.experts_path .*no such file",
+        ),
+    ],
+)
+def test_a_wrong_env_config_fails_before_anything_is_written(tmp_path, env_changes, error, message):
+    workdir = tmp_path / "run"
+    with pytest.raises(error, match=message):
+        run(tiny_config(env=env_changes), str(workdir))
+    assert not workdir.exists()  # so the corrected rerun is not refused as "a different config"
+
+
 def test_dpo_learning_rate_and_beta_per_iteration_repeat_the_last_value():
     config = tiny_config(dpo={"learning_rates": (1e-6, 5e-7), "betas": (0.1, 0.5)})
     assert [config.dpo.learning_rate(k) for k in (1, 2, 3)] == [1e-6, 5e-7, 5e-7]

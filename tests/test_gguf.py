@@ -292,14 +292,17 @@ def test_non_gguf_file_raises_value_error_naming_it(tmp_path, content):
         read_gguf(path)
 
 
-def write_tiny_gguf(path, architecture, tensors, key_length=None):
+def write_tiny_gguf(path, architecture, tensors, key_length=None, embedding_length=8, head_count=2):
     """A synthetic GGUF without tokenizer: `architecture`, tiny hyper-parameters, the given float32 tensors."""
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_block_count(1)
     writer.add_context_length(16)
-    writer.add_embedding_length(8)
+    if isinstance(embedding_length, str):
+        writer.add_string(f"{architecture}.embedding_length", embedding_length)
+    else:
+        writer.add_embedding_length(embedding_length)
     writer.add_feed_forward_length(12)
-    writer.add_head_count(2)
+    writer.add_head_count(head_count)
     writer.add_head_count_kv(1)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_vocab_size(10)
@@ -444,4 +447,18 @@ def test_misshaped_tensor_raises_naming_file_and_tensor(tmp_path):
     path = tmp_path / "warped.gguf"
     write_tiny_gguf(path, "llama", tensors)
     with pytest.raises(ValueError, match=r"warped\.gguf.*gate_proj.*\(13, 8\)"):
+        read_gguf(path, with_tokenizer=False)
+
+
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        ({"head_count": 0}, r"llama\.attention\.head_count must be a positive integer, got 0"),
+        ({"embedding_length": "8"}, r"llama\.embedding_length must be a positive integer, got '8'"),
+    ],
+)
+def test_bad_hyper_parameters_are_named(tmp_path, metadata, message):
+    path = tmp_path / "bad_meta.gguf"
+    write_tiny_gguf(path, "llama", tiny_llama_tensors(), **metadata)
+    with pytest.raises(ValueError, match=rf"GGUF file .*bad_meta\.gguf: metadata {message}"):
         read_gguf(path, with_tokenizer=False)

@@ -219,3 +219,46 @@ def test_inexpressible_config_is_rejected_before_writing(tmp_path):
     assert os.listdir(tmp_path) == []
     with pytest.raises(ValueError, match="model_type"):
         ModelConfig(**{**TINY.__dict__, "model_type": "gpt2"})
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c.pop("hidden_size"), r"config\.json: missing field 'hidden_size'"),
+        (
+            lambda c: c.update(num_attention_heads="two"),
+            r"config\.json: field 'num_attention_heads' must be a positive integer, got 'two'",
+        ),
+        (
+            lambda c: c.update(num_attention_heads=0),
+            r"field 'num_attention_heads' must be a positive integer, got 0",
+        ),
+        (lambda c: c.update(vocab_size=64.5), r"field 'vocab_size' must be a positive integer, got 64.5"),
+    ],
+)
+def test_bad_config_fields_are_named(checkpoint_copy, edit, message):
+    config_path = checkpoint_copy / "config.json"
+    config = json.loads(config_path.read_text())
+    edit(config)
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=message):
+        load_pretrained(checkpoint_copy)
+
+
+def test_a_config_that_is_not_an_object_is_named(checkpoint_copy):
+    config_path = checkpoint_copy / "config.json"
+    config_path.write_text(json.dumps([json.loads(config_path.read_text())]))
+    with pytest.raises(ValueError, match=r"config\.json: expected a JSON object, got list"):
+        load_pretrained(checkpoint_copy)
+    with pytest.raises(ValueError, match=r"<dict>: expected a JSON object, got list"):
+        ModelConfig.from_hf([], source="<dict>")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random"])
+def test_a_corrupt_safetensors_file_is_named(checkpoint_copy, damage):
+    weights = checkpoint_copy / "model.safetensors"
+    data = weights.read_bytes()
+    damaged = data[: len(data) // 2] if damage == "truncated" else np.random.default_rng(0).bytes(len(data))
+    weights.write_bytes(damaged)
+    with pytest.raises(ValueError, match=rf"{weights}: not a readable safetensors file"):
+        load_pretrained(checkpoint_copy)

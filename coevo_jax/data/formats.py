@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 
@@ -198,8 +199,19 @@ def _pair_field(record: Mapping, key: str, kind: type | tuple, source: str, inde
     return value
 
 
+def _pair_weight(record: Mapping, key: str, source: str, index: int) -> float:
+    """A loss weight (lambda_dpo, lambda_sft): a finite number >= 0 (JSON's NaN and Infinity refused)."""
+    value = float(_pair_field(record, key, (int, float), source, index))
+    if not (math.isfinite(value) and value >= 0.0):
+        raise DataFormatError(source, index, key, f"expected a finite number >= 0, got {value!r}")
+    return value
+
+
 def parse_pair_record(record: object, *, source: str = "<memory>", index: int = 0) -> PreferencePair:
-    """Inverse of `pair_to_record`, validated (errors name file, record and field, e.g. `chosen.reward`)."""
+    """Inverse of `pair_to_record`, validated (errors name file, record and field, e.g. `chosen.reward`).
+
+    The chosen side must have the higher reward, and the weights must be finite and >= 0.
+    """
     if not isinstance(record, Mapping):
         raise DataFormatError(source, index, "<record>", f"expected an object, got {type(record).__name__}")
     sides = {}
@@ -213,10 +225,13 @@ def parse_pair_record(record: object, *, source: str = "<memory>", index: int = 
         chosen=sides["chosen"],
         rejected=sides["rejected"],
         kind=_pair_field(record, "kind", str, source, index),
-        lambda_dpo=float(_pair_field(record, "lambda_dpo", (int, float), source, index)),
-        lambda_sft=float(_pair_field(record, "lambda_sft", (int, float), source, index)),
+        lambda_dpo=_pair_weight(record, "lambda_dpo", source, index),
+        lambda_sft=_pair_weight(record, "lambda_sft", source, index),
         hard_negative=_pair_field(record, "hard_negative", bool, source, index),
     )
+    if not pair.chosen.reward > pair.rejected.reward:  # every pair builder's invariant (pairs.py)
+        problem = f"{pair.chosen.reward!r} is not above rejected.reward {pair.rejected.reward!r}"
+        raise DataFormatError(source, index, "chosen.reward", problem)
     if record.get("pair_id", pair.pair_id) != pair.pair_id:
         raise DataFormatError(source, index, "pair_id", f"{record['pair_id']!r} does not match its sides")
     return pair

@@ -318,11 +318,26 @@ def parse_records(
     return parse_all(records, parse_one, source=source, skip_bad=False)[0]
 
 
+def _utf8(data: bytes, path: str, index: int, where: str) -> str | DataFormatError:
+    """`data` decoded, or the error naming the first byte that is not UTF-8 (a Latin-1 file, say)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        problem = (
+            f"{where}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); re-save as UTF-8"
+        )
+        return DataFormatError(path, index, "<json>", problem)
+
+
 def _load_json_lines(path: str) -> list[object]:
-    """One entry per non-blank line; a line that is not JSON becomes a `DataFormatError` entry."""
+    """One entry per non-blank line; a line that is not UTF-8 JSON becomes a `DataFormatError` entry."""
     records: list[object] = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f):
+    with open(path, "rb") as f:
+        for line_number, raw in enumerate(f):
+            line = _utf8(raw, path, len(records), f"line {line_number + 1}")
+            if isinstance(line, DataFormatError):
+                records.append(line)
+                continue
             if not line.strip():
                 continue
             try:
@@ -337,7 +352,8 @@ def _load_json_lines(path: str) -> list[object]:
 def load_json_records(path: str | os.PathLike[str], *, strict: bool = True) -> list[object]:
     """Raw JSON records from a `.json` (list) or `.jsonl` file, naming the file in any parse error.
 
-    With `strict=False`, JSON Lines lines that do not parse are returned as `DataFormatError` entries.
+    With `strict=False`, JSON Lines lines that do not parse (or are not UTF-8) are returned as
+    `DataFormatError` entries, which `skip_bad` readers skip.
     """
     path = os.fspath(path)
     if path.endswith(".jsonl"):
@@ -346,11 +362,14 @@ def load_json_records(path: str | os.PathLike[str], *, strict: bool = True) -> l
         if strict and bad is not None:
             raise bad
         return records
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as err:
-            raise DataFormatError(path, -1, "<json>", f"line {err.lineno}: {err.msg}") from err
+    with open(path, "rb") as f:
+        text = _utf8(f.read(), path, -1, "the file")
+    if isinstance(text, DataFormatError):
+        raise text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataFormatError(path, -1, "<json>", f"line {err.lineno}: {err.msg}") from err
 
 
 def read_trajectories(

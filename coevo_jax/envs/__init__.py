@@ -7,6 +7,7 @@ optional dependencies (ScienceWorld's JVM, WebShop) cost nothing until they are 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 
 from coevo_jax.envs.base import Environment, ExpertStep, prompt_messages, record_expert_trajectory
@@ -31,20 +32,35 @@ def names() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
 
 
-def make(name: str, **kwargs) -> Environment:
-    """A new environment instance of the registered `name`, built with `kwargs`."""
+def factory(name: str) -> Callable[..., Environment]:
+    """The registered factory of `name` (its module imported, nothing constructed); ValueError if unknown."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown environment {name!r}; registered: {', '.join(names())}")
-    factory = _REGISTRY[name]
-    if isinstance(factory, str):
-        module_name, attribute = factory.split(":")
-        factory = getattr(importlib.import_module(module_name), attribute)
-    return factory(**kwargs)
+    found = _REGISTRY[name]
+    if isinstance(found, str):
+        module_name, attribute = found.split(":")
+        found = getattr(importlib.import_module(module_name), attribute)
+    return found
+
+
+def check_kwargs(name: str, kwargs: dict) -> None:
+    """ValueError naming the environment when `make(name, **kwargs)` could not accept these arguments."""
+    try:
+        inspect.signature(factory(name)).bind(**kwargs)
+    except TypeError as error:
+        raise ValueError(f"environment {name!r}: {error} (env.kwargs: {sorted(kwargs)})") from None
+
+
+def make(name: str, **kwargs) -> Environment:
+    """A new environment instance of the registered `name`, built with `kwargs`."""
+    return factory(name)(**kwargs)
 
 
 __all__ = [
     "Environment",
     "ExpertStep",
+    "check_kwargs",
+    "factory",
     "make",
     "names",
     "prompt_messages",

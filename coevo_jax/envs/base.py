@@ -55,6 +55,16 @@ class Environment(abc.ABC):
         """Releases external resources (processes, connections); the default has none."""
 
 
+def check_task_id(env_name: str, task_id: object) -> str:
+    """`task_id` if it is a string; otherwise a ValueError saying ids are strings (809 -> use '809')."""
+    if not isinstance(task_id, str):
+        raise ValueError(
+            f"{env_name}: a task id must be a string (as tasks() lists them), got {type(task_id).__name__} "
+            f"{task_id!r}; use {str(task_id)!r}"
+        )
+    return task_id
+
+
 @dataclass(frozen=True)
 class ExpertStep:
     """One step of an expert solution: a short thought and the action."""

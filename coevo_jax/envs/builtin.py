@@ -15,7 +15,7 @@ random state, clock or set order.
 from __future__ import annotations
 
 from coevo_jax.data.records import Trajectory
-from coevo_jax.envs.base import Environment, ExpertStep, StepResult, record_expert_trajectory
+from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id, record_expert_trajectory
 from coevo_jax.envs.builtin_tasks import Task, build_splits, expert_steps, holds
 from coevo_jax.envs.builtin_world import World
 
@@ -82,7 +82,7 @@ class BuiltinEnv(Environment):
         return 2 * len(self.expert_steps(task_id)) + 5
 
     def reset(self, task_id: str) -> str:
-        self._task = self.task(task_id)
+        self._task = self.task(check_task_id("builtin", task_id))
         self._world = self._task.start.copy()
         self._reached = [False] * len(self._task.subgoals)
         self._done = False

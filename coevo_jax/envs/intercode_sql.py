@@ -5,7 +5,8 @@ Behaviour follows InterCode's `SqlEnv` (a MySQL server in Docker) without a serv
   `SHOW COLUMNS FROM t` and `USE db` are answered as MySQL answers them; everything else runs in SQLite
   (see `intercode_sql_db` for how the databases keep MySQL's names, collation and row order);
 - the observation is `str()` of the result rows, `None` for a statement without rows, or
-  `Error executing query: <message>`, with SQLite's most common messages reworded as MySQL's;
+  `Error executing query: <message>`, with SQLite's most common messages reworded as MySQL's; a result
+  past the sandbox's size limit is cut and said to be (`render_output`);
 - the score is InterCode's reward (`intercode_sql_reward`) of the last statement's output against the gold
   query's, clamped to [0, 1]. `submit` ends the episode with it; every other step reports what submitting
   now would score, as InterCode's recorded multi-turn runs do, so an episode that runs out of steps is
@@ -27,10 +28,10 @@ from functools import cached_property
 from pathlib import Path
 
 from coevo_jax.envs import intercode_sql_mysql
-from coevo_jax.envs.base import Environment, StepResult
+from coevo_jax.envs.base import Environment, StepResult, check_task_id
 from coevo_jax.envs.intercode_sql_db import DATA_DIR, DUMP_PATH, build_databases, load_schema
 from coevo_jax.envs.intercode_sql_reward import intercode_reward
-from coevo_jax.envs.intercode_sql_sandbox import SqlError, SqlSandbox
+from coevo_jax.envs.intercode_sql_sandbox import SqlError, SqlSandbox, TruncatedRows
 
 TASKS_PATH = DATA_DIR / "ic_spider_dev.json"
 UNSEEN_DATABASES = ("car_1", "dog_kennels", "orchestra")
@@ -56,7 +57,6 @@ _DESCRIBE = re.compile(
 _SHOW_TABLES = re.compile(r"^SHOW\s+(?:FULL\s+)?TABLES(?:\s+LIKE\s+'([^']*)')?$", re.I)
 _SHOW_DATABASES = re.compile(r"^SHOW\s+(?:DATABASES|SCHEMAS)$", re.I)
 _USE = re.compile(r"^USE\s+`?(\w+)`?$", re.I)
-_FENCE = re.compile(r"^```(?:sql|mysql)?\s*(.*?)\s*```$", re.I | re.S)
 _SYNTAX_ERROR = (
     "You have an error in your SQL syntax; check the manual that corresponds to your MySQL server "
     "version for the right syntax to use near '{0}' at line 1"
@@ -93,27 +93,93 @@ def mysql_error_message(message: str, db: str) -> str:
     return message
 
 
-def _like(pattern: str) -> re.Pattern:
-    """A SQL LIKE pattern (% and _, backslash escapes) as a case-insensitive regular expression."""
-    parts, i = [], 0
+_ANY_RUN, _ANY_ONE = "%", "_"  # LIKE's wildcards, as tokens; a literal character is a (char,) tuple
+
+
+def _like_tokens(pattern: str) -> list:
+    """LIKE's pattern as tokens: runs of % collapsed into one, backslash-escaped characters literal."""
+    tokens, i = [], 0
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\" and i + 1 < len(pattern):
-            parts.append(re.escape(pattern[i + 1]))
+            tokens.append((pattern[i + 1].lower(),))
             i += 2
             continue
-        parts.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        if ch == "%":
+            if not tokens or tokens[-1] != _ANY_RUN:
+                tokens.append(_ANY_RUN)
+        else:
+            tokens.append(_ANY_ONE if ch == "_" else (ch.lower(),))
         i += 1
-    return re.compile("".join(parts), re.I | re.S)
+    return tokens
+
+
+def like_match(pattern: str, text: str) -> bool:
+    """`text LIKE pattern` without case (% any run, _ any one character, backslash escapes).
+
+    The greedy wildcard match with one resume point: at most len(pattern) * len(text) steps, where a
+    backtracking regular expression took exponential time on '%%%...%z'.
+    """
+    tokens, chars = _like_tokens(pattern), [ch.lower() for ch in text]
+    if sum(token != _ANY_RUN for token in tokens) > len(chars):
+        return False
+    t = p = 0
+    star, resume = -1, 0  # the last % seen, and where in the text its run ends for now
+    while t < len(chars):
+        token = tokens[p] if p < len(tokens) else None
+        if token == _ANY_RUN:
+            star, resume, p = p, t, p + 1
+        elif token is not None and (token == _ANY_ONE or token[0] == chars[t]):
+            p, t = p + 1, t + 1
+        elif star >= 0:
+            resume += 1
+            p, t = star + 1, resume
+        else:
+            return False
+    return all(token == _ANY_RUN for token in tokens[p:])
 
 
 def normalize_action(action: str) -> str:
-    """The statement to run: code fences and surrounding whitespace removed, one trailing ';' dropped."""
+    """The statement to run: code fences and surrounding whitespace removed, one trailing ';' dropped.
+
+    A fence is "```", an optional `sql`/`mysql` tag, the statement and "```"; read with string tests, in
+    linear time (the regular expression this replaces backtracked cubically on a fence of newlines).
+    """
     text = action.strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1).strip()
+    if len(text) >= 6 and text.startswith("```") and text.endswith("```"):
+        inner = text[3:-3]
+        for tag in ("sql", "mysql"):
+            if inner[: len(tag)].lower() == tag:
+                inner = inner[len(tag) :]
+                break
+        text = inner.strip()
     return text[:-1].rstrip() if text.endswith(";") else text
+
+
+def render_output(output: list | str | None, max_chars: int | None = None) -> str:
+    """The observation for a statement's output: `str()` of the rows, as InterCode shows them.
+
+    Built row by row and stopped past `max_chars` (cut there, " ... (truncated)" added), so a large result
+    is never turned into text whole; rows the sandbox stopped fetching (`TruncatedRows`) are said to be cut.
+    """
+    if not isinstance(output, list):
+        text = str(output)
+    else:
+        pieces, length = [], 1  # the length of "[" and the pieces joined so far
+        for row in output:
+            pieces.append(repr(row))
+            length += len(pieces[-1]) + (2 if len(pieces) > 1 else 0)
+            if max_chars is not None and length > max_chars:
+                break
+        text = "[" + ", ".join(pieces) + "]"
+    if max_chars is not None and len(text) > max_chars:
+        return text[:max_chars] + " ... (truncated)"
+    if isinstance(output, TruncatedRows):
+        return (
+            f"{text} ... (truncated: the result is larger than {output.max_result_bytes} bytes; "
+            f"only its first {len(output)} rows were fetched)"
+        )
+    return text
 
 
 class InterCodeSqlEnv(Environment):
@@ -129,6 +195,7 @@ class InterCodeSqlEnv(Environment):
         cache_root: str | Path | None = None,
         query_timeout_s: float = 5.0,
         max_rows: int = 100_000,
+        max_result_bytes: int = 1_000_000,
         max_observation_chars: int | None = None,
     ):
         self.tasks_path = Path(tasks_path)
@@ -136,6 +203,7 @@ class InterCodeSqlEnv(Environment):
         self._schema = load_schema(self._db_dir)
         self._records = _load_tasks(self.tasks_path, set(self._schema))
         self.query_timeout_s, self.max_rows = query_timeout_s, max_rows
+        self.max_result_bytes = max_result_bytes
         self.max_observation_chars = max_observation_chars
         self._sandboxes: dict[str, SqlSandbox] = {}
         self._gold_rows: dict[str, list] = {}
@@ -177,7 +245,8 @@ class InterCodeSqlEnv(Environment):
 
     def record(self, task_id: str) -> dict:
         """The task's record of ic_spider_dev.json: db, query (the question), gold, hardness."""
-        if not (isinstance(task_id, str) and task_id.isdigit() and int(task_id) < len(self._records)):
+        check_task_id(self.name, task_id)
+        if not (task_id.isdigit() and int(task_id) < len(self._records)):
             raise ValueError(f"unknown {self.name} task id {task_id!r} (ids are 0..{len(self._records) - 1})")
         return self._records[int(task_id)]
 
@@ -195,12 +264,14 @@ class InterCodeSqlEnv(Environment):
         if statement.lower() == "submit":
             self._done = True
             score = self.score()
-            return str(self._last_output), score, True, {"reward": score}
+            return (
+                render_output(self._last_output, self.max_observation_chars),
+                score,
+                True,
+                {"reward": score},
+            )
         self._last_output = self.execute(statement)
-        observation = str(self._last_output)
-        if self.max_observation_chars is not None and len(observation) > self.max_observation_chars:
-            observation = observation[: self.max_observation_chars] + " ... (truncated)"
-        return observation, self.score(), False, {}
+        return render_output(self._last_output, self.max_observation_chars), self.score(), False, {}
 
     def score(self) -> float:
         """The reward `submit` would give now: InterCode's, clamped to [0, 1]."""
@@ -220,7 +291,7 @@ class InterCodeSqlEnv(Environment):
         if shown:
             names = sorted(self._schema[self._db])
             if shown.group(1) is not None:
-                names = [n for n in names if _like(shown.group(1)).fullmatch(n)]
+                names = [n for n in names if like_match(shown.group(1), n)]
             return [(name,) for name in names]
         if _SHOW_DATABASES.match(statement):
             return [(name,) for name in sorted((*self._schema, *_SYSTEM_SCHEMAS))]
@@ -245,6 +316,7 @@ class InterCodeSqlEnv(Environment):
                 self._db_dir / f"{db}.sqlite",
                 timeout_s=self.query_timeout_s,
                 max_rows=self.max_rows,
+                max_result_bytes=self.max_result_bytes,
                 prepare=intercode_sql_mysql.install,
             )
         try:

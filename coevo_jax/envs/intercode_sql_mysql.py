@@ -5,29 +5,55 @@
   gold queries ask for "Aberdeen"). Every text column of the converted databases is declared with it, so
   `=`, `IN`, `GROUP BY`, `DISTINCT` and `ORDER BY` follow MySQL.
 - Functions MySQL has and SQLite lacks, used by InterCode's recorded GPT-4 episodes: CONCAT, CONCAT_WS,
-  REGEXP (the operator), IF, YEAR, MONTH, DAY, CURDATE, NOW, DATEDIFF, LOCATE, LCASE, UCASE.
+  REGEXP (the operator), IF, YEAR, MONTH, DAY, CURDATE, NOW, DATEDIFF, LOCATE, LCASE, UCASE, and MySQL's
+  FORMAT(X, D) in place of SQLite's `format` (an alias of `printf`, which the sandbox refuses).
+
+The Python parts run inside a statement, where SQLite's time limit cannot stop them, so each is bounded:
+REGEXP matches with the `regex` module's timeout set to the statement's time left (a nested quantifier
+cannot backtrack past the deadline; the statement then fails as timed out), the collation stops comparing once the deadline has passed, and its
+cache keeps only short strings.
 """
 
 from __future__ import annotations
 
 import datetime
+import decimal
 import functools
 import re
 import sqlite3
 import unicodedata
 
+import regex
+
+from coevo_jax.envs.intercode_sql_sandbox import time_left
+
 COLLATION = "MYSQL_CI"
+FOLD_CACHE_ENTRIES = 16_384  # with FOLD_CACHE_MAX_CHARS, bounds the cache to ~20 MB whatever the queries
+FOLD_CACHE_MAX_CHARS = 128  # longer strings (values reach 1 MB) are folded each time, never kept
+_FORMAT_MAX_DECIMALS = 30  # MySQL's limit for FORMAT's D
+_FORMAT_CONTEXT = decimal.Context(prec=340, traps=[decimal.InvalidOperation])
 
 
-@functools.lru_cache(maxsize=65_536)
-def _fold(text: str) -> str:
+def _fold_uncached(text: str) -> str:
     stripped = text.rstrip(" ")
     decomposed = unicodedata.normalize("NFD", stripped)
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
 
 
+_fold_cached = functools.lru_cache(maxsize=FOLD_CACHE_ENTRIES)(_fold_uncached)
+
+
+def _fold(text: str) -> str:
+    return _fold_cached(text) if len(text) <= FOLD_CACHE_MAX_CHARS else _fold_uncached(text)
+
+
 def mysql_ci_compare(left: str, right: str) -> int:
-    """utf8mb4_general_ci-like comparison: case-, accent- and trailing-space-insensitive."""
+    """utf8mb4_general_ci-like comparison: case-, accent- and trailing-space-insensitive.
+
+    Past the statement's deadline it answers "equal" without work: the statement is being aborted.
+    """
+    if time_left() <= 0:
+        return 0
     a, b = _fold(left), _fold(right)
     return (a > b) - (a < b)
 
@@ -43,12 +69,41 @@ def _concat_ws(separator, *parts):
 
 
 def _regexp(pattern, value):
+    """`value REGEXP pattern`; a match still running at the statement's deadline raises TimeoutError, which
+    fails the statement (the sandbox reports it as timed out)."""
     if pattern is None or value is None:
         return None
+    left = time_left()
+    timeout = None if left == float("inf") else max(left, 1e-3)
     try:
-        return 1 if re.search(str(pattern), str(value), re.IGNORECASE) else 0
-    except re.error as error:
+        return 1 if regex.search(str(pattern), str(value), regex.IGNORECASE, timeout=timeout) else 0
+    except regex.error as error:
         raise ValueError(f"invalid regular expression {pattern!r}: {error}") from None
+
+
+def _format(*args):
+    """MySQL's FORMAT(X, D[, locale]): X rounded half away from zero to D decimals, ',' between thousands.
+
+    Registered for every arity so SQLite's own `format` (an alias of the refused `printf`) is never reached;
+    the locale is ignored (InterCode's server formats as en_US).
+    """
+    if len(args) not in (2, 3):
+        raise ValueError(f"FORMAT takes 2 or 3 arguments, not {len(args)}")
+    number, decimals = args[:2]
+    if number is None or decimals is None:
+        return None
+    places = min(max(int(decimals), 0), _FORMAT_MAX_DECIMALS)
+    try:
+        value = decimal.Decimal(str(number))
+    except decimal.InvalidOperation:
+        value = decimal.Decimal(0)  # MySQL reads a non-numeric string as 0
+    if not value.is_finite():
+        return None
+    try:  # precision for any double (309 digits) and 30 decimals; beyond that (or inf, nan): NULL
+        rounded = value.quantize(decimal.Decimal(1).scaleb(-places), decimal.ROUND_HALF_UP, _FORMAT_CONTEXT)
+    except decimal.InvalidOperation:
+        return None
+    return f"{rounded:,.{places}f}"
 
 
 def _date(value) -> datetime.date | None:
@@ -93,6 +148,7 @@ def install(connection: sqlite3.Connection) -> None:
         "CONCAT": (-1, _concat),
         "CONCAT_WS": (-1, _concat_ws),
         "REGEXP": (2, _regexp),
+        "FORMAT": (-1, _format),
         "IF": (3, lambda condition, a, b: a if condition else b),
         "YEAR": (1, _date_part("year")),
         "MONTH": (1, _date_part("month")),

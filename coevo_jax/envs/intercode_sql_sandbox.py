@@ -6,13 +6,19 @@ Layers, each enough on its own against writes:
   files or load code) and recursive CTEs; ATTACH, PRAGMA, VACUUM, writes, schema changes and transactions
   are refused before they run;
 - extension loading stays disabled, and `SQLITE_LIMIT_ATTACHED` is 0.
-Resources are bounded too: a progress handler aborts a statement after `timeout_s` (fetching included),
-results over `max_rows` rows are refused, and string/blob sizes are capped.
+Resources are bounded too, so no statement can stall or exhaust the process that runs it:
+- time: a progress handler aborts a statement after `timeout_s` (fetching included), and a watchdog thread
+  interrupts the connection at the same deadline for C code that never reaches the progress handler;
+  `time_left()` gives Python functions called from SQL (REGEXP, the collation) the same deadline; `printf`
+  is refused (a wide `%.*c` runs for seconds in one C call that neither check reaches);
+- memory: string/blob values are capped at `max_value_bytes`, results over `max_rows` rows are refused, and
+  fetching stops once the rows fetched hold `max_result_bytes` (a `TruncatedRows` then says so).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +40,21 @@ _DENIED_FUNCTIONS = {
     "sqlar_compress",
     "sqlar_uncompress",
 }
+# Functions MySQL lacks that can run for seconds inside one C call (`printf('%.*c', 2147483647, 'x')`);
+# refused with MySQL's message for a function that does not exist.
+_UNAVAILABLE_FUNCTIONS = {"printf"}
 _PROGRESS_EVERY = 2_000  # SQLite VM instructions between deadline checks
+_VALUE_OVERHEAD = 8  # bytes counted for a number or NULL, and per row, towards `max_result_bytes`
+_TIMEOUT_MESSAGE = "Query execution was interrupted, maximum statement execution time exceeded"
+_statement = threading.local()  # the deadline of the statement running on this thread
+
+
+def time_left() -> float:
+    """Seconds until the deadline of the statement running on this thread (inf outside a statement).
+
+    For Python functions that SQLite calls mid-statement: the progress handler cannot stop them.
+    """
+    return getattr(_statement, "deadline", float("inf")) - time.monotonic()
 
 
 class SqlError(Exception):
@@ -43,6 +63,38 @@ class SqlError(Exception):
 
 class QueryTimeout(SqlError):
     """The statement ran past the sandbox's time limit."""
+
+
+class TruncatedRows(list):
+    """The rows fetched before the result passed `max_result_bytes`; the rest of the result was not fetched."""
+
+    def __init__(self, rows: list[tuple], max_result_bytes: int):
+        super().__init__(rows)
+        self.max_result_bytes = max_result_bytes
+
+
+class _Watchdog:
+    """Interrupts `connection` after `timeout_s` unless stopped first (never after `stop` returns)."""
+
+    def __init__(self, connection: sqlite3.Connection, timeout_s: float):
+        self._connection, self._lock, self._active = connection, threading.Lock(), True
+        self._timer = threading.Timer(timeout_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._active:
+                self._connection.interrupt()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._active = False
+        self._timer.cancel()
+
+
+def _value_bytes(value: object) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else _VALUE_OVERHEAD
 
 
 class SqlSandbox:
@@ -55,13 +107,18 @@ class SqlSandbox:
         timeout_s: float = 5.0,
         max_rows: int = 100_000,
         max_value_bytes: int = 1_000_000,
+        max_result_bytes: int = 1_000_000,
         prepare: Callable[[sqlite3.Connection], None] | None = None,
     ):
         """`prepare` registers collations and functions before the authorizer locks the connection."""
         self.path, self.timeout_s, self.max_rows = Path(path), timeout_s, max_rows
+        self.max_result_bytes = max_result_bytes
         if not self.path.is_file():
             raise FileNotFoundError(f"SQLite database {self.path} does not exist")
         self._deadline = float("inf")
+        self._unavailable: str | None = (
+            None  # a refused function of `_UNAVAILABLE_FUNCTIONS`, named in the error
+        )
         self._connection = sqlite3.connect(
             f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
         )
@@ -72,45 +129,61 @@ class SqlSandbox:
         connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
         connection.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 100_000)
-        connection.set_authorizer(_authorize)
+        connection.set_authorizer(self._authorize)
         connection.set_progress_handler(self._past_deadline, _PROGRESS_EVERY)
 
     def _past_deadline(self) -> int:
         return 1 if time.monotonic() > self._deadline else 0
 
     def execute(self, sql: str) -> list[tuple] | None:
-        """The statement's rows (None for a statement without a result set); raises SqlError on failure."""
-        self._deadline = time.monotonic() + self.timeout_s
+        """The statement's rows (None for a statement without a result set); raises SqlError on failure.
+
+        A result larger than `max_result_bytes` comes back as the `TruncatedRows` fetched up to that size.
+        """
+        self._deadline = _statement.deadline = time.monotonic() + self.timeout_s
+        self._unavailable = None
+        watchdog = _Watchdog(self._connection, self.timeout_s)
         try:
             cursor = self._connection.execute(sql)
             if cursor.description is None:
                 return None
             rows: list[tuple] = []
-            while batch := cursor.fetchmany(1_000):
-                rows.extend(batch)
+            size = 0
+            for row in cursor:  # one row at a time: the size is checked before the next row is read
+                rows.append(row)
+                size += _VALUE_OVERHEAD + sum(_value_bytes(value) for value in row)
+                if size > self.max_result_bytes:
+                    cursor.close()
+                    return TruncatedRows(rows, self.max_result_bytes)
                 if len(rows) > self.max_rows:
                     raise SqlError(f"the result has more than {self.max_rows} rows")
+            if time.monotonic() > self._deadline:  # a Python function gave up at the deadline
+                raise QueryTimeout(_TIMEOUT_MESSAGE)
             return rows
-        except sqlite3.OperationalError as error:
-            if str(error) == "interrupted" and time.monotonic() > self._deadline:
-                raise QueryTimeout(
-                    "Query execution was interrupted, maximum statement execution time exceeded"
-                ) from None
+        except sqlite3.Error as error:
+            if time.monotonic() > self._deadline:  # "interrupted", or a Python function's TimeoutError
+                raise QueryTimeout(_TIMEOUT_MESSAGE) from None
+            if self._unavailable is not None:
+                raise SqlError(f"FUNCTION {self._unavailable} does not exist") from None
             raise SqlError(str(error)) from None
-        except (sqlite3.Error, ValueError, OverflowError) as error:  # e.g. one statement at a time
+        except (ValueError, OverflowError) as error:  # e.g. one statement at a time
             raise SqlError(str(error)) from None
         finally:
-            self._deadline = float("inf")
+            watchdog.stop()
+            self._deadline = _statement.deadline = float("inf")
 
     def close(self) -> None:
         self._connection.close()
 
-
-def _authorize(
-    action: int, arg1: str | None, arg2: str | None, db_name: str | None, trigger: str | None
-) -> int:
-    if action not in _ALLOWED_ACTIONS:
-        return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
-        return sqlite3.SQLITE_DENY
-    return sqlite3.SQLITE_OK
+    def _authorize(
+        self, action: int, arg1: str | None, arg2: str | None, db_name: str | None, trigger: str | None
+    ) -> int:
+        if action not in _ALLOWED_ACTIONS:
+            return sqlite3.SQLITE_DENY
+        name = (arg2 or "").lower()
+        if action == sqlite3.SQLITE_FUNCTION and name in _UNAVAILABLE_FUNCTIONS:
+            self._unavailable = name
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_FUNCTION and name in _DENIED_FUNCTIONS:
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK

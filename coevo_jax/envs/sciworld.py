@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coevo_jax.data.records import Message, Trajectory
-from coevo_jax.envs.base import Environment, ExpertStep, StepResult
+from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id
 from coevo_jax.envs.sciworld_data import DATA_DIR, SPLIT_FILES, load_data, split_task_id
 from coevo_jax.envs.sciworld_gold import expert_result, gold_expert_steps
 from coevo_jax.envs.sciworld_jvm import JVMOptions
@@ -125,7 +125,7 @@ class SciWorldEnv(Environment):
         return sw_name, variation
 
     def reset(self, task_id: str) -> str:
-        sw_name, variation = self.scienceworld_task(task_id)
+        sw_name, variation = self.scienceworld_task(check_task_id(self.name, task_id))
         start = time.perf_counter()
         self._task_id, self._done, self._best = None, False, 0.0
         description = self.simulator.load(sw_name, variation, self.simplification)

@@ -21,7 +21,7 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from coevo_jax.envs.base import Environment, StepResult
+from coevo_jax.envs.base import Environment, StepResult, check_task_id
 
 DATA_DIR = Path(__file__).parent / "data" / "webshop"
 SPLIT_FILES = {
@@ -90,7 +90,7 @@ class WebShopEnv(Environment):
 
     @staticmethod
     def _session(task_id: str) -> int:
-        if not (isinstance(task_id, str) and task_id.isdigit()):
+        if not check_task_id("webshop", task_id).isdigit():
             raise ValueError(f"webshop task id {task_id!r} is not a session index")
         return int(task_id)
 

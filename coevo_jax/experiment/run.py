@@ -1,6 +1,7 @@
 """`run(config, workdir)`: the main job. Base SFT, then every configured method, then the reports.
 
-The workdir holds everything (see `store`); rerunning with the same config and workdir resumes. After
+The workdir holds everything (see `store`); rerunning with the same config and workdir resumes. The
+config is checked (environment name, arguments and splits included) before anything is written there. After
 each iteration of each method `results.json` is rewritten (atomically), so a long run can be watched and
 an interrupted one still reports what it finished; at the end the Markdown table and the figures are
 written next to it.
@@ -34,6 +35,15 @@ def _env_factory(cfg: ExperimentConfig):
     return lambda: envs.make(cfg.env.name, **kwargs)
 
 
+def check_env_config(cfg: ExperimentConfig) -> None:
+    """The environment part of the config checked without building anything: a registered name, keyword
+    arguments its factory accepts, an expert file that exists. Runs before the workdir is written, so a
+    wrong config leaves nothing behind for the corrected rerun to be refused over."""
+    envs.check_kwargs(cfg.env.name, dict(cfg.env.kwargs))
+    if cfg.env.experts_path and not os.path.isfile(cfg.env.experts_path):
+        raise FileNotFoundError(f"env.experts_path {cfg.env.experts_path}: no such file")
+
+
 def _eval_scalars(writer: ScalarWriter, method: str, entry: dict) -> None:
     step = entry["iteration"]
     for split, summary in entry["eval"].items():
@@ -51,11 +61,14 @@ def run(cfg: ExperimentConfig, workdir: str) -> dict:
             "the main job's rollouts and stage records run in one process; start it with one JAX process "
             f"(this job has {jax.process_count()})"
         )
-    store = RunStore(workdir)
-    store.check_config(cfg.to_json())
+    check_env_config(cfg)
     env_factory = _env_factory(cfg)
     env = env_factory()
     try:
+        for split in (cfg.env.train_split, *cfg.env.eval_splits):
+            env.tasks(split)  # ValueError naming an unknown split, before the workdir is touched
+        store = RunStore(workdir)
+        store.check_config(cfg.to_json())
         experts = load_or_generate_experts(env, cfg.env, store.workdir)
         train_tasks = env.tasks(cfg.env.train_split)[: cfg.env.explore_tasks]
         eval_tasks = {split: env.tasks(split)[: cfg.env.eval_tasks] for split in cfg.env.eval_splits}

@@ -85,6 +85,8 @@ class ModelConfig:
         `source` only serves error messages (the file the dict came from); `overrides` replace fields
         afterwards (typically `dtype`/`param_dtype`). Raises ValueError for unsupported architectures.
         """
+        if not isinstance(hf_config, Mapping):
+            raise ValueError(f"{source}: expected a JSON object, got {type(hf_config).__name__}")
         model_type = hf_config.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
@@ -97,18 +99,28 @@ class ModelConfig:
             raise ValueError(f"{source}: unsupported hidden_act={act!r} (only 'silu' / SwiGLU)")
         if hf_config.get("use_sliding_window"):
             raise ValueError(f"{source}: sliding-window attention (use_sliding_window=true) is not supported")
-        hidden = int(hf_config["hidden_size"])
-        num_heads = int(hf_config["num_attention_heads"])
+
+        def count(key: str, default: int | None = None) -> int:
+            """A size or count: a positive integer; missing (without a default), a string or 0 is an error."""
+            value = hf_config.get(key) if hf_config.get(key) is not None else default
+            if value is None:
+                raise ValueError(f"{source}: missing field {key!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{source}: field {key!r} must be a positive integer, got {value!r}")
+            return value
+
+        hidden = count("hidden_size")
+        num_heads = count("num_attention_heads")
         theta, scaling = _rope_from_hf(hf_config, source)
         bias = bool(hf_config.get("attention_bias", False))
         fields = dict(
-            vocab_size=int(hf_config["vocab_size"]),
+            vocab_size=count("vocab_size"),
             hidden_size=hidden,
-            intermediate_size=int(hf_config["intermediate_size"]),
-            num_layers=int(hf_config["num_hidden_layers"]),
+            intermediate_size=count("intermediate_size"),
+            num_layers=count("num_hidden_layers"),
             num_heads=num_heads,
-            num_kv_heads=int(hf_config.get("num_key_value_heads") or num_heads),
-            head_dim=int(hf_config.get("head_dim") or hidden // num_heads),
+            num_kv_heads=count("num_key_value_heads", num_heads),
+            head_dim=count("head_dim", hidden // num_heads),
             rope_theta=theta,
             rope_scaling=scaling,
             rms_norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
@@ -118,7 +130,7 @@ class ModelConfig:
             attention_out_bias=False if model_type == "qwen2" else bias,
             mlp_bias=bool(hf_config.get("mlp_bias", False)),
             qk_norm=model_type == "qwen3",
-            max_position_embeddings=int(hf_config.get("max_position_embeddings", 4096)),
+            max_position_embeddings=count("max_position_embeddings", 4096),
             bos_token_id=hf_config.get("bos_token_id"),
             eos_token_id=hf_config.get("eos_token_id"),
             pad_token_id=hf_config.get("pad_token_id"),

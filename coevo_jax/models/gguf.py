@@ -123,24 +123,37 @@ def hf_config_from_metadata(
     def required_arch_value(key: str) -> Any:
         return require_metadata(reader, f"{architecture}.{key}")
 
-    hidden_size = int(required_arch_value("embedding_length"))
-    num_heads = int(required_arch_value("attention.head_count"))
+    def count(key: str, value: Any) -> int:
+        """A size or count from the metadata: a positive integer (not a string, not 0)."""
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(
+                f"GGUF file {reader.data.filename}: metadata {architecture}.{key} must be a positive "
+                f"integer, got {value!r}"
+            )
+        return int(value)
+
+    hidden_size = count("embedding_length", required_arch_value("embedding_length"))
+    num_heads = count("attention.head_count", required_arch_value("attention.head_count"))
     vocab_size = arch_value("vocab_size") or embedding_rows(reader)
     config = {
         "model_type": spec.model_type,
         "architectures": [spec.hf_architecture],
-        "vocab_size": int(vocab_size),
+        "vocab_size": count("vocab_size", vocab_size),
         "hidden_size": hidden_size,
-        "intermediate_size": int(required_arch_value("feed_forward_length")),
-        "num_hidden_layers": int(required_arch_value("block_count")),
+        "intermediate_size": count("feed_forward_length", required_arch_value("feed_forward_length")),
+        "num_hidden_layers": count("block_count", required_arch_value("block_count")),
         "num_attention_heads": num_heads,
-        "num_key_value_heads": int(arch_value("attention.head_count_kv", num_heads)),
-        "head_dim": int(arch_value("attention.key_length", hidden_size // num_heads)),
+        "num_key_value_heads": count(
+            "attention.head_count_kv", arch_value("attention.head_count_kv", num_heads)
+        ),
+        "head_dim": count(
+            "attention.key_length", arch_value("attention.key_length", hidden_size // num_heads)
+        ),
         "hidden_act": "silu",
         "rope_theta": shortest_float(arch_value("rope.freq_base", 10000.0)),
         "rope_scaling": rope_scaling_from_metadata(reader, architecture),
         "rms_norm_eps": shortest_float(arch_value("attention.layer_norm_rms_epsilon", 1e-6)),
-        "max_position_embeddings": int(arch_value("context_length", 2048)),
+        "max_position_embeddings": count("context_length", arch_value("context_length", 2048)),
         "tie_word_embeddings": "output.weight" not in tensor_names,
         "attention_bias": spec.qkv_bias,
         "attention_dropout": 0.0,

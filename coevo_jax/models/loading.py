@@ -50,11 +50,14 @@ def read_hf_config(checkpoint_dir: str) -> dict[str, Any]:
     path = os.path.join(checkpoint_dir, CONFIG_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: missing (not a Hugging Face checkpoint directory?)")
-    with open(path) as f:
+    with open(path, "rb") as f:
         try:
-            return json.load(f)
-        except json.JSONDecodeError as err:
+            config = json.loads(f.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ValueError(f"{path}: invalid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    return config
 
 
 def _load_tokenizer(checkpoint_dir: str):

@@ -32,6 +32,14 @@ _DTYPE_CODES = {
 }
 
 
+def _safe_open(path: str):
+    """`safe_open(path)`, with a truncated or corrupt file reported as a ValueError naming it."""
+    try:
+        return safe_open(path, framework="numpy")
+    except Exception as err:  # safetensors raises SafetensorError (not a ValueError) without the file
+        raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
+
+
 def shard_files(checkpoint_dir: str) -> tuple[dict[str, str], str]:
     """(tensor name -> shard path, the index or single file) for a checkpoint directory."""
     index_path = os.path.join(checkpoint_dir, INDEX_FILE)
@@ -48,7 +56,7 @@ def shard_files(checkpoint_dir: str) -> tuple[dict[str, str], str]:
                 raise FileNotFoundError(f"{shard}: shard listed in {index_path} does not exist")
         return files, index_path
     if os.path.exists(single_path):
-        with safe_open(single_path, framework="numpy") as f:
+        with _safe_open(single_path) as f:
             return {name: single_path for name in f.keys()}, single_path
     raise FileNotFoundError(
         f"{checkpoint_dir}: no {SINGLE_FILE} or {INDEX_FILE} (only safetensors is supported)"
@@ -60,10 +68,7 @@ def open_safetensors(checkpoint_dir: str) -> Iterator[TensorSource]:
     """A lazy `TensorSource` over the checkpoint's safetensors file(s), valid inside the `with`."""
     files, main_file = shard_files(checkpoint_dir)
     with contextlib.ExitStack() as stack:
-        handles = {
-            path: stack.enter_context(safe_open(path, framework="numpy"))
-            for path in sorted(set(files.values()))
-        }
+        handles = {path: stack.enter_context(_safe_open(path)) for path in sorted(set(files.values()))}
 
         def read(name: str) -> np.ndarray:
             try:
