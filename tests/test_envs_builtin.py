@@ -119,7 +119,9 @@ def test_unseen_families_are_new_and_seen_splits_are_disjoint_instances(env):
     assert {family(t) for t in env.tasks("dev_unseen")} == set(UNSEEN_FAMILIES)
     assert not set(SEEN_FAMILIES) & set(UNSEEN_FAMILIES)
     layouts = {split: {env.task(t).layout for t in env.tasks(split)} for split in SPLITS}
-    assert {split: len(found) for split, found in layouts.items()} == dict(zip(SPLITS, [300, 50, 50, 50, 50]))
+    assert {split: len(found) for split, found in layouts.items()} == dict(
+        zip(SPLITS, [300, 50, 50, 50, 50], strict=True)
+    )
     for first, second in [("train", "dev"), ("train", "test_seen"), ("dev", "test_seen")]:
         assert not layouts[first] & layouts[second], (first, second)
     assert not layouts["dev_unseen"] & layouts["test_unseen"]
