@@ -30,6 +30,7 @@ KITCHEN_SINK = ModelConfig(
     attention_out_bias=True,
     qk_norm=True,
     model_type="qwen3",
+    token_shift=3,
 )
 
 

@@ -70,6 +70,7 @@ def _load_config_module(path: pathlib.Path):
     "name,arg",
     [
         ("quickstart", None),
+        ("builtin_study", None),
         ("sql_smollm2", None),
         ("sciworld_smollm2", None),
         ("paper_llama2_7b", "webshop"),
@@ -83,6 +84,9 @@ def test_every_config_file_builds_an_experiment_config(name, arg):
     config = module.get_config() if arg is None else module.get_config(arg)
     experiment = ExperimentConfig.from_mapping(config)
     assert ExperimentConfig.from_mapping(experiment.to_json()) == experiment
+    if name == "builtin_study":  # the paper's Table 1 and ablations, one budget for every method
+        assert experiment.methods == METHODS and experiment.match_exploration
+        assert experiment.dpo.updates_per_phase and experiment.env.eval_tasks is None
     if name.startswith("paper"):
         assert experiment.sft.learning_rate == 2e-5 and experiment.sft.epochs == 3
         assert experiment.dpo.betas == (0.1,) and experiment.iterations == (5 if arg == "sql" else 3)
@@ -109,7 +113,7 @@ def test_config_errors_name_the_group_and_field():
             r"environment 'builtin': got an unexpected keyword .*num_trian",
         ),
         ({"train_split": "training"}, ValueError, r"builtin: unknown split 'training'"),
-        ({"eval_splits": ("test_seen", "dev")}, ValueError, r"builtin: unknown split 'dev'"),
+        ({"eval_splits": ("test_seen", "validation")}, ValueError, r"builtin: unknown split 'validation'"),
         (
             {"experts_path": "/nonexistent/experts.jsonl"},
             FileNotFoundError,
@@ -235,6 +239,51 @@ def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
         float(np.max(np.abs(a - b))) > 0
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(new), strict=True)
     )
+
+
+def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
+    from coevo_jax.data.pairs import build_eto_pairs
+    from coevo_jax.data.records import Message, Trajectory
+
+    setup, experts = tiny_setup
+    setup = dataclasses.replace(
+        setup, cfg=dataclasses.replace(setup.cfg, dpo=dataclasses.replace(setup.cfg.dpo, updates_per_phase=3))
+    )
+
+    def corrupted(t: Trajectory) -> Trajectory:
+        messages = list(t.messages)
+        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
+        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
+
+    pairs = build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs  # 2 batches per epoch
+    _, summary = phases.dpo_phase(
+        setup,
+        RunStore(str(tmp_path)),
+        "dpo",
+        setup.base_params(0),
+        pairs,
+        kind="dpo",
+        learning_rate=1e-3,
+        beta=0.1,
+        seed=0,
+    )
+    assert summary["steps"] == 3 and summary["epochs"] == 2  # the second epoch stops after its first batch
+    assert [h["step"] for h in summary["history"]] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_matched_exploration_plays_each_task_twice_for_single_explorer_methods(tmp_path):
+    results = run(tiny_config(methods=("eto", "rft"), match_exploration=True), str(tmp_path))
+    for title in ("ETO", "RFT"):
+        explore = results["methods"][title]["iterations"][1]["explore"]["target"]
+        assert explore["episodes"] == 16  # 8 train tasks, twice: as many as co-evolution's two agents
+        failed = explore["on_sft_failed_tasks"]  # iteration 1 explores with the SFT policy itself
+        assert failed["failures"] == explore["failures"]  # so each of its failures is on a task it failed
+        assert (
+            failed["episodes"] % 2 == 0 and failed["episodes"] >= failed["failures"]
+        )  # both samples of a task
+    stages = json.loads((tmp_path / "stages.json").read_text())
+    assert [k for k in stages if k.startswith("explore/sft_target/")] == ["explore/sft_target/it1_x2"]
 
 
 @pytest.mark.slow

@@ -19,7 +19,9 @@ from safetensors.numpy import load_file, save_file
 from coevo_jax.models import CheckpointError, Decoder, ModelConfig, load_pretrained, save_pretrained
 from coevo_jax.models import loading as loading_module
 
-TINY = KITCHEN_SINK.replace(model_type="llama", qk_norm=False, num_layers=1, rope_scaling=None, vocab_size=64)
+TINY = KITCHEN_SINK.replace(
+    model_type="llama", qk_norm=False, num_layers=1, rope_scaling=None, vocab_size=64, token_shift=0
+)
 IDS = jnp.asarray(np.arange(12, dtype=np.int32).reshape(2, 6) % 64)
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
 
@@ -262,3 +264,10 @@ def test_a_corrupt_safetensors_file_is_named(checkpoint_copy, damage):
     weights.write_bytes(damaged)
     with pytest.raises(ValueError, match=rf"{weights}: not a readable safetensors file"):
         load_pretrained(checkpoint_copy)
+
+
+def test_a_token_shift_model_is_refused_by_the_hf_export_before_anything_is_written(tmp_path):
+    model = random_decoder(TINY.replace(token_shift=2))
+    with pytest.raises(ValueError, match="token_shift=2"):
+        save_pretrained(model, tmp_path / "out")
+    assert not os.listdir(tmp_path)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from coevo_jax.data.batching import power_of_two_buckets
 from coevo_jax.train.mapping import dataclass_from_mapping
 
 METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
@@ -55,6 +56,7 @@ class ModelSpec:
     param_dtype: str = "float32"
     sample_dtype: str = "float32"  # rollouts (float32 decodes faster on CPUs)
     remat: bool = False
+    token_shift: int = 0  # scratch: previous tokens mixed into each input (`coevo_jax.models.token_shift`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +79,7 @@ class DPOConfig:
     betas: tuple[float, ...] = (0.1,)
     warmup_steps: int = 0
     max_pairs_per_task: int | None = None
+    updates_per_phase: int | None = None  # fixed optimizer updates per phase (pairs cycled) instead of epochs
     include_within_agent: bool = False  # D_fail also pairs failures within each agent (not in eq. 6)
 
     def learning_rate(self, iteration: int) -> float:
@@ -115,12 +118,16 @@ class ExperimentConfig:
     seed: int = 0
     max_length: int = 4096
     min_bucket: int = 128
+    length_buckets: tuple[int, ...] = ()  # training batch lengths; () = powers of two, min_bucket..max_length
     num_microbatches: int = 1
     sft_per_token: bool = True
     checkpoint_every_steps: int = 50  # mid-phase TrainState checkpoints (resume inside a phase)
     mesh_axes: tuple[tuple[str, int], ...] = (("data", -1), ("fsdp", 1), ("tensor", 1))
     log_every_steps: int = 10
     show_progress: bool = True
+    # ETO and RFT explore each train task twice as often, so that they play as many episodes per iteration
+    # as co-evolution's two agents together (an equal exploration budget per method).
+    match_exploration: bool = False
 
     def __post_init__(self):
         unknown = [m for m in self.methods if m not in METHODS]
@@ -128,6 +135,16 @@ class ExperimentConfig:
             raise ValueError(f"methods {list(self.methods)}: each must be one of {METHODS}")
         if self.iterations < 1:
             raise ValueError(f"iterations must be >= 1, got {self.iterations}")
+        if any(not 0 < b <= self.max_length for b in self.length_buckets):
+            raise ValueError(
+                f"length_buckets {self.length_buckets}: each must be in 1..max_length ({self.max_length})"
+            )
+
+    def buckets(self) -> tuple[int, ...]:
+        """The sequence lengths training batches are padded to (max_length always among them)."""
+        if not self.length_buckets:
+            return power_of_two_buckets(self.max_length, self.min_bucket)
+        return tuple(sorted({*self.length_buckets, self.max_length}))
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> ExperimentConfig:
@@ -170,6 +187,8 @@ def _tuples(fields: Mapping[str, Any]) -> dict[str, Any]:
             value = tuple(sorted(value.items()))
         elif key == "kwargs":
             value = tuple(tuple(item) for item in value)
+        elif key == "length_buckets":
+            value = tuple(int(v) for v in value)
         elif key == "mesh_axes":
             value = tuple(tuple(pair) for pair in value)
         out[key] = value

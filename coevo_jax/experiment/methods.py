@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from coevo_jax.data import pairs as pair_builders
 from coevo_jax.experiment.rollouts import usable
-from coevo_jax.experiment.stages import Stages
+from coevo_jax.experiment.stages import SFT_TARGET, Stages
 
 
 def _iteration(k: int, evaluation: dict, explore: dict | None = None, pairs=None, train=None) -> dict:
@@ -46,17 +46,22 @@ def _train_summary(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in ("history", "dataset", "fit")}
 
 
+def _single_explorer_repeat(stages: Stages) -> int:
+    """How often ETO and RFT play each task: twice with `match_exploration` (co-evolution has two agents)."""
+    return 2 if stages.setup.cfg.match_exploration else 1
+
+
 def run_sft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
-    entry = _iteration(0, stages.evaluate("sft_target"))
+    entry = _iteration(0, stages.evaluate(SFT_TARGET))
     on_iteration(entry)
     return [entry]
 
 
 def run_rft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
-    current, successes = "sft_target", []
+    current, successes = SFT_TARGET, []
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
-        explored, summary = stages.explore(current, k)
+        explored, summary = stages.explore(current, k, repeat=_single_explorer_repeat(stages))
         successes += [t for t in usable(explored) if t.reward >= 1.0]
         data = pair_builders.select_rft(stages.experts, successes)
         current, record = stages.train_sft(f"rft_it{k}_target", current, data, k)
@@ -70,10 +75,10 @@ def run_rft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
 
 
 def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
-    current = "sft_target"
+    current = SFT_TARGET
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
-        explored, summary = stages.explore(current, k)
+        explored, summary = stages.explore(current, k, repeat=_single_explorer_repeat(stages))
         current, record = stages.train_pairs(
             f"eto_it{k}_target",
             current,
@@ -97,7 +102,7 @@ def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
 
 def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "coevo") -> list[dict]:
     """`variant`: 'coevo' (the paper), 'coevo_positive' or 'coevo_frozen' (the ablations)."""
-    target, second = "sft_target", stages.base_sft("failure")
+    target, second = SFT_TARGET, stages.base_sft("failure")
     cap = stages.setup.cfg.dpo.max_pairs_per_task
     within = stages.setup.cfg.dpo.include_within_agent
     history = run_sft(stages, iterations, on_iteration)

@@ -23,7 +23,6 @@ from coevo_jax.data.batching import (
     collate_dpo,
     collate_sft,
     plan_batches,
-    power_of_two_buckets,
     tokenize_pairs,
     tokenize_sft_examples,
 )
@@ -47,7 +46,7 @@ class PhaseSpec:
 
 
 def _buckets(setup: PolicySetup) -> tuple[int, ...]:
-    return power_of_two_buckets(setup.cfg.max_length, setup.cfg.min_bucket)
+    return setup.cfg.buckets()
 
 
 def _place(setup: PolicySetup, batch: dict) -> dict:
@@ -123,7 +122,9 @@ def dpo_phase(
         return out
 
     steps_per_epoch = len(plan_batches(lengths, per_batch, buckets, seed=0))
-    params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch)
+    total = cfg.dpo.updates_per_phase or cfg.dpo.epochs * steps_per_epoch
+    spec = dataclasses.replace(spec, epochs=-(-total // steps_per_epoch))
+    params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch, total)
     return params, {**summary, "pairs": len(tokenized), "fit": fit.to_dict()}
 
 
@@ -159,13 +160,17 @@ def _train(
     params: dict,
     epoch_batches: Callable[[int], list[dict]],
     steps_per_epoch: int,
+    total: int | None = None,
 ) -> tuple[dict, dict]:
-    """The shared update loop with mid-phase checkpoints; returns (params, summary of the last metrics)."""
+    """The shared update loop with mid-phase checkpoints; returns (params, summary of the last metrics).
+
+    `total` updates (default: every batch of every epoch) may end the last epoch early.
+    """
     cfg = setup.cfg
     steps, tx, shardings = setup.steps(spec.optimizer, spec.beta)
     step_fn = {"sft": steps.sft, "dpo": steps.failure_dpo, "target": steps.target}[spec.kind]
     manager = checkpoints.make_manager(store.scratch_dir(spec.name) + "/state", max_to_keep=1)
-    total = spec.epochs * steps_per_epoch
+    total = total or spec.epochs * steps_per_epoch
     if manager.latest_step() is not None:
         target = abstract_state(setup.model_cfg, tx, shardings)
         state, position = checkpoints.restore(manager, target)
@@ -177,7 +182,9 @@ def _train(
     try:
         for epoch in range(done // steps_per_epoch, spec.epochs):
             batches = epoch_batches(epoch)
-            for index in range(done - epoch * steps_per_epoch, len(batches)):
+            for index in range(
+                done - epoch * steps_per_epoch, min(len(batches), total - epoch * steps_per_epoch)
+            ):
                 state, metrics = step_fn(state, _place(setup, batches[index]))
                 done += 1
                 host = metrics_log.push(done, metrics)

@@ -171,8 +171,11 @@ def build_setup(cfg: ExperimentConfig, workdir: str, experts) -> PolicySetup:
             head_dim=spec.head_dim,
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
+            token_shift=spec.token_shift,
         )
     else:
+        if spec.token_shift:
+            raise ValueError(f"model.token_shift={spec.token_shift}: only a scratch model can have one")
         model_cfg, _, pretrained, tokenizer = load_sharded(checkpoint_path(spec.source), mesh, rules)
         if tokenizer is None:
             raise ValueError(f"{spec.source}: the checkpoint has no tokenizer")

@@ -279,7 +279,11 @@ def _agent_label(method: str, agent: str) -> str:
 
 
 def failure_series(results: Mapping) -> list[tuple[str, dict[int, Mapping]]]:
-    """(label, {iteration: explore stats}) per (method, agent) that explored at some iteration >= 1."""
+    """(label, {iteration: explore stats}) per (method, agent) that explored at some iteration >= 1.
+
+    The stats are those on the train tasks the SFT policy failed (`on_sft_failed_tasks`, the paper's Figure
+    2) where the run recorded them, else those on every explored task.
+    """
     series = []
     for name, method in results["methods"].items():
         agents: dict[str, dict[int, Mapping]] = {}
@@ -287,10 +291,20 @@ def failure_series(results: Mapping) -> list[tuple[str, dict[int, Mapping]]]:
             if it["iteration"] >= 1:
                 for agent, stats in (it.get("explore") or {}).items():
                     if stats:
+                        stats = stats.get("on_sft_failed_tasks", stats)
                         agents.setdefault(agent, {})[it["iteration"]] = stats
         order = sorted(agents, key=lambda agent: (agent != "target", agent != "failure", agent))
         series += [(_agent_label(name, agent), agents[agent]) for agent in order]
     return series
+
+
+def _has_sft_failed_scope(results: Mapping) -> bool:
+    return any(
+        "on_sft_failed_tasks" in (stats or {})
+        for method in results["methods"].values()
+        for it in _iterations(method)
+        for stats in (it.get("explore") or {}).values()
+    )
 
 
 def failure_analysis_figure(results: Mapping) -> Figure:
@@ -326,7 +340,8 @@ def failure_analysis_figure(results: Mapping) -> Figure:
     figure.legend(
         *count_ax.get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize="small"
     )
-    figure.suptitle(f"Failures produced during exploration ({results.get('env', '?')})")
+    scope = "on the train tasks the SFT policy failed" if _has_sft_failed_scope(results) else "in exploration"
+    figure.suptitle(f"Failures produced {scope} ({results.get('env', '?')})")
     return figure
 
 

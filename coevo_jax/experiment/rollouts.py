@@ -62,6 +62,7 @@ def play(
     path: str,
     *,
     greedy: bool,
+    samples_per_task: int,
     seed: int,
     agent: str,
     iteration: int | None,
@@ -77,7 +78,7 @@ def play(
         RolloutConfig(
             agent=agent,
             iteration=iteration,
-            samples_per_task=1 if greedy else spec.samples_per_task,
+            samples_per_task=samples_per_task,
             env_workers=spec.env_workers,
             show_progress=setup.cfg.show_progress,
         ),

@@ -21,6 +21,7 @@ from coevo_jax.experiment.store import RunStore
 log = logging.getLogger(__name__)
 
 SEEDS = {"target": 0, "failure": 1}  # the two base policies differ by initialisation / data-order seed
+SFT_TARGET = "sft_target"
 
 
 class Stages:
@@ -72,11 +73,28 @@ class Stages:
 
     # --- episodes ------------------------------------------------------------------------------------------
 
-    def explore(self, policy: str, iteration: int) -> tuple[list[Trajectory], dict]:
-        """Sampled episodes of `policy` on the train tasks at `iteration` (trajectories, summary)."""
-        name = f"explore/{policy}/it{iteration}"
-        path = self.store.path("rollouts", f"{policy}_it{iteration}_explore.jsonl")
+    def explore(self, policy: str, iteration: int, *, repeat: int = 1) -> tuple[list[Trajectory], dict]:
+        """Sampled episodes of `policy` on the train tasks at `iteration` (trajectories, summary).
+
+        Each task is played `repeat` x `rollout.samples_per_task` times. The summary also covers, under
+        `on_sft_failed_tasks`, only the train tasks the SFT target policy failed when it explored them at
+        iteration 1 (with the same `repeat`): the tasks of the paper's Figure 2.
+        """
+        trajectories, summary = self._explore(policy, iteration, repeat)
+        if (policy, iteration) == (SFT_TARGET, 1):
+            baseline = trajectories
+        else:
+            baseline = self._explore(SFT_TARGET, 1, repeat)[0]
+        failed = {t.task_id for t in baseline if t.reward < 1.0}
+        on_failed = rollouts.summarize([t for t in trajectories if t.task_id in failed])
+        return trajectories, {**summary, "on_sft_failed_tasks": on_failed}
+
+    def _explore(self, policy: str, iteration: int, repeat: int) -> tuple[list[Trajectory], dict]:
+        suffix = "" if repeat == 1 else f"_x{repeat}"
+        name = f"explore/{policy}/it{iteration}{suffix}"
+        path = self.store.path("rollouts", f"{policy}_it{iteration}{suffix}_explore.jsonl")
         agent = policy.rsplit("_", 1)[-1]
+        samples = repeat * self.setup.cfg.rollout.samples_per_task
 
         def run():
             trajectories = rollouts.play(
@@ -86,6 +104,7 @@ class Stages:
                 self.train_tasks,
                 path,
                 greedy=False,
+                samples_per_task=samples,
                 seed=rollouts.stage_seed(self.seed, name),
                 agent=agent,
                 iteration=iteration,
@@ -110,6 +129,7 @@ class Stages:
                     task_ids,
                     path,
                     greedy=True,
+                    samples_per_task=1,
                     seed=0,
                     agent=policy.rsplit("_", 1)[-1],
                     iteration=None,

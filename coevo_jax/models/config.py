@@ -60,6 +60,7 @@ class ModelConfig:
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     remat: bool = False
+    token_shift: int = 0  # previous tokens mixed into each input embedding (`token_shift`); 0 in checkpoints
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -68,6 +69,8 @@ class ModelConfig:
             raise ValueError(f"num_heads={self.num_heads} not a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+        if self.token_shift < 0:
+            raise ValueError(f"token_shift={self.token_shift} must be >= 0")
         # Canonicalise dtypes so that equal configs hash equally ("bfloat16" == jnp.bfloat16).
         object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
         object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
@@ -141,6 +144,10 @@ class ModelConfig:
 
     def to_hf(self) -> dict[str, Any]:
         """A `config.json` dict that transformers (4.x and 5.x) loads as the matching *ForCausalLM."""
+        if self.token_shift:
+            raise ValueError(
+                f"token_shift={self.token_shift}: no Hugging Face architecture has a token shift"
+            )
         if self.model_type == "qwen2" and (not self.attention_bias or self.attention_out_bias):
             raise ValueError("qwen2 requires q/k/v bias and no output bias")
         if self.model_type != "qwen2" and self.attention_bias != self.attention_out_bias:

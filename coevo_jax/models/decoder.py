@@ -35,6 +35,7 @@ from coevo_jax.models.layers import (
     param,
     rope_inverse_frequencies,
 )
+from coevo_jax.models.token_shift import shift_cached, shift_full, write_ids
 
 _INIT_STD = 0.02  # HF `initializer_range`; real weights come from checkpoints
 
@@ -185,6 +186,8 @@ class Decoder(nnx.Module):
         self.lm_head = (
             None if cfg.tie_word_embeddings else param(_normal(rngs, (d, v), pd), ("embed", "vocab"))
         )
+        shift = cfg.token_shift
+        self.token_shift = param(jnp.zeros((shift, d), pd), ("norm", "embed")) if shift else None
 
     @property
     def unembedding(self) -> jax.Array:
@@ -220,6 +223,9 @@ class Decoder(nnx.Module):
             attention_mask_BxT = jnp.ones((batch, length), jnp.int32)
         mask_BxT = attention_mask_BxT.astype(jnp.int32)
         positions_BxT = jnp.maximum(jnp.cumsum(mask_BxT, axis=1) - 1, 0)
+        if self.token_shift is not None:
+            weights_NxD = self.token_shift[...].astype(self.config.dtype)
+            x_BxTxD = shift_full(x_BxTxD, positions_BxT, mask_BxT, weights_NxD)
         hidden_BxTxD, _ = self._layers(x_BxTxD, positions_BxT, mask_BxT, None, None)
         return hidden_BxTxD
 
@@ -238,14 +244,20 @@ class Decoder(nnx.Module):
         if attention_mask_BxT is None:
             attention_mask_BxT = jnp.ones(input_ids_BxT.shape, jnp.int32)
         placement = place_chunk(cache.lengths_B, attention_mask_BxT, cache.capacity)
+        x_BxTxD, ids_BxS = self.embed_tokens(input_ids_BxT), cache.token_ids_BxS
+        if self.token_shift is not None:
+            ids_BxS = write_ids(ids_BxS, placement.slots_BxT, input_ids_BxT)
+            weights_NxD = self.token_shift[...].astype(self.config.dtype)
+            x_BxTxD = shift_cached(
+                x_BxTxD, ids_BxS, placement.positions_BxT, attention_mask_BxT, weights_NxD, self.embed_tokens
+            )
         hidden_BxTxD, (keys, values) = self._layers(
-            self.embed_tokens(input_ids_BxT),
-            placement.positions_BxT,
-            placement.allowed_BxTxS,
-            cache,
-            placement.slots_BxT,
+            x_BxTxD, placement.positions_BxT, placement.allowed_BxTxS, cache, placement.slots_BxT
         )
-        return hidden_BxTxD, KVCache(keys=keys, values=values, lengths_B=placement.new_lengths_B)
+        new_cache = KVCache(
+            keys=keys, values=values, lengths_B=placement.new_lengths_B, token_ids_BxS=ids_BxS
+        )
+        return hidden_BxTxD, new_cache
 
     def forward_cached(
         self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None

@@ -31,6 +31,7 @@ class KVCache:
     keys: tuple[jax.Array, ...]  # L x [B, K, S, E]
     values: tuple[jax.Array, ...]  # L x [B, K, S, E]
     lengths_B: jax.Array  # int32 [B]: filled slots == next RoPE position
+    token_ids_BxS: jax.Array | None = None  # the token in each slot, for models with a token shift
 
     @property
     def capacity(self) -> int:
@@ -50,7 +51,8 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCach
     # Distinct buffers per layer and for keys/values, so the cache can be donated to a jitted step.
     keys = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
     values = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-    return KVCache(keys=keys, values=values, lengths_B=jnp.zeros((batch,), jnp.int32))
+    ids = jnp.zeros((batch, max_len), jnp.int32) if cfg.token_shift else None
+    return KVCache(keys=keys, values=values, lengths_B=jnp.zeros((batch,), jnp.int32), token_ids_BxS=ids)
 
 
 @struct.dataclass

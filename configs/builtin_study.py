@@ -1,0 +1,36 @@
+"""The paper's comparison on the built-in environment: SFT, RFT, ETO, co-evolving agents and its two ablations
+(positive agent, frozen failure agent), 3 iterations; sized for one seed in under an hour on 2 CPU cores
+(an estimate from the quickstart's stage times: this config has not been run yet).
+
+Every method gets the same budget per iteration: ETO and RFT play each explored task twice, as many episodes
+as co-evolution's two agents play together (`match_exploration`), and every DPO phase runs the same number of
+optimizer updates whatever its pair count (`dpo.updates_per_phase`). Evaluation covers the whole test_seen and
+test_unseen splits. The policy, SFT recipe and sampling are the quickstart's (chosen on the dev splits).
+Run three seeds, then the mean ± std table:
+
+    for s in 0 1 2; do python -m coevo_jax.main --config=configs/builtin_study.py --config.seed=$s \\
+        --workdir=workdir_study_$s; done
+    python -m coevo_jax.experiment.report workdir_study_0 workdir_study_1 workdir_study_2
+"""
+
+import importlib.util
+import os
+
+from ml_collections import ConfigDict
+
+
+def _quickstart() -> ConfigDict:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quickstart.py")
+    spec = importlib.util.spec_from_file_location("coevo_configs_quickstart", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def get_config() -> ConfigDict:
+    config = _quickstart()
+    config.methods = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
+    config.match_exploration = True
+    config.env.eval_tasks = None  # the whole splits
+    config.dpo.updates_per_phase = 40
+    return config
