@@ -11,9 +11,9 @@ the test splits. The policy must copy the room or container that the task text n
 ("The apple is in the kitchen."). Greedy dev success after SFT, one run each: without the token shift
 2-28 % over six runs (seeds, dtypes, shapes at lr 6e-3; 4 % at lr 1e-2); with it 50 % (seed 0; dev_unseen
 14 %) and 16 % (seed 1), so the shift helps but a seed can still miss. 1,500 expert trajectories and lr 6e-3
-beat 300 trajectories and lr 2e-3. DPO at lr 2e-5 (ETO's 1/1000 of the SFT lr would be lower still) left
-the dev policy where it was (16 updates, reward margin 0.05, dev 74.8 -> 75.5); 1e-4 is the next step up,
-not tuned further. 96 explored tasks per agent and iteration: at 80 the SFT policy failed 53 of them (34 %
+beat 300 trajectories and lr 2e-3. DPO at lr 2e-5 left the dev policy where it was (16 updates, reward
+margin 0.05, dev reward 74.8 -> 75.5); ETO's ratio (DPO lr 1/20 of the SFT lr) would give 3e-4; 1e-4, between
+the two, was not tuned further. 96 explored tasks per agent and iteration: at 80 the SFT policy failed 53 of them (34 %
 success), too few for 30 failure-failure pairs.
 """
 
