@@ -1,5 +1,5 @@
-"""The learning path, end to end: a short SFT of the quickstart's policy on the built-in environment's
-experts must solve some train tasks that the untrained policy cannot.
+"""The learning path, end to end: the quickstart's SFT (its policy, experts and recipe, seed 0) must solve
+train tasks that a policy which learned nothing cannot.
 
 A regression anywhere between the experts and the greedy rollout (tokenization, loss mask, optimizer, the
 sampler, the ReAct loop) shows up here as zero successes, which no unit test would notice.
@@ -15,15 +15,15 @@ import pytest
 REDUCED = [
     "--config.methods=('sft',)",
     "--config.show_progress=False",
-    "--config.env.kwargs.num_train=700",
     "--config.env.eval_splits=('train',)",
     "--config.env.eval_tasks=28",
-    "--config.sft.epochs=3",
 ]
 
 
 @pytest.mark.slow
-def test_short_sft_solves_train_tasks(tmp_path):
+def test_quickstart_sft_solves_train_tasks(tmp_path):
+    # A shorter SFT (700 experts, 3 epochs) scored 0 of 28 here: the policy learns to copy the rooms named
+    # in the task text only late in the quickstart's 752 updates.
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device, as users run it
     env["JAX_PLATFORMS"] = "cpu"
     command = [
@@ -40,4 +40,4 @@ def test_short_sft_solves_train_tasks(tmp_path):
     assert train["episodes"] == 28
     # A policy that learned nothing does not even produce the ReAct format, so it scores 0.
     assert train["success_rate"] > 0.0, train
-    assert train["avg_reward"] > 0.2, train
+    assert train["avg_reward"] > 0.3, train

@@ -15,7 +15,7 @@ from coevo_jax.data.records import read_trajectories
 TINY = [
     "--config.iterations=1",
     "--config.max_length=2048",
-    "--config.min_bucket=1024",
+    "--config.length_buckets=(1024,)",
     "--config.checkpoint_every_steps=2",
     "--config.show_progress=False",
     "--config.env.kwargs.num_train=8",
