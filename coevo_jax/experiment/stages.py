@@ -42,6 +42,7 @@ class Stages:
         self.on_scalars = on_scalars
         self.seed = setup.cfg.seed
         self._loaded: dict[str, dict] = {}
+        self._sft_failed: dict[int, frozenset[str]] = {}  # repeat -> train tasks SFT failed at iteration 1
 
     # --- policies ------------------------------------------------------------------------------------------
 
@@ -81,11 +82,13 @@ class Stages:
         iteration 1 (with the same `repeat`): the tasks of the paper's Figure 2.
         """
         trajectories, summary = self._explore(policy, iteration, repeat)
-        if (policy, iteration) == (SFT_TARGET, 1):
-            baseline = trajectories
-        else:
-            baseline = self._explore(SFT_TARGET, 1, repeat)[0]
-        failed = {t.task_id for t in baseline if t.reward < 1.0}
+        if repeat not in self._sft_failed:  # read the SFT exploration once per repeat, not every call
+            if (policy, iteration) == (SFT_TARGET, 1):
+                baseline = trajectories
+            else:
+                baseline = self._explore(SFT_TARGET, 1, repeat)[0]
+            self._sft_failed[repeat] = frozenset(t.task_id for t in baseline if t.reward < 1.0)
+        failed = self._sft_failed[repeat]
         on_failed = rollouts.summarize([t for t in trajectories if t.task_id in failed])
         return trajectories, {**summary, "on_sft_failed_tasks": on_failed}
 
