@@ -32,5 +32,5 @@ def get_config() -> ConfigDict:
     config.methods = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
     config.match_exploration = True
     config.env.eval_tasks = None  # the whole splits
-    config.dpo.updates_per_phase = 40
+    config.sft.rft_epochs = 1  # RFT fine-tunes the current policy on experts + successes: one pass each iteration
     return config

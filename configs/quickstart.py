@@ -33,9 +33,21 @@ def get_config() -> ConfigDict:
 
     config.env = ConfigDict()
     config.env.name = "builtin"
-    config.env.kwargs = ConfigDict({"seed": 0, "num_train": 1500, "num_test_seen": 50, "num_test_unseen": 50})
+    config.env.kwargs = ConfigDict(
+        {
+            "seed": 0,
+            "num_train": 1500,
+            "num_test_seen": 50,
+            "num_test_unseen": 50,
+            # expert length + 5 steps (the default is 2x + 5): 97 % of the SFT policy's successes on train
+            # tasks took at most 5 steps more than the expert, and failures, which play to the budget, cost
+            # a third fewer steps
+            "budget_per_expert_step": 1,
+            "budget_extra_steps": 5,
+        }
+    )
     config.env.eval_splits = ("test_seen", "test_unseen")
-    config.env.explore_tasks = 96
+    config.env.explore_tasks = 128  # 96 gave D_fail 23-28 pairs per iteration
     config.env.eval_tasks = 50
 
     config.model = ConfigDict()
@@ -62,6 +74,9 @@ def get_config() -> ConfigDict:
     config.dpo.learning_rates = (1e-4,)
     config.dpo.betas = (0.1,)
     config.dpo.max_pairs_per_task = 3
+    # every DPO phase takes 20 updates (about 2 of ETO's epochs): the target's D_tgt holds 2-3x ETO's pairs,
+    # and at 2 epochs each co-evolution's target took 2.4x ETO's updates
+    config.dpo.updates_per_phase = 20
 
     config.rollout = ConfigDict()
     config.rollout.temperature = 1.0

@@ -70,6 +70,19 @@ def test_expert_reaches_full_reward_on_every_task_within_budget(env, split):
         assert scores == sorted(scores) and scores[-2] < 1.0, task_id
 
 
+def test_step_budget_is_configurable_and_checked():
+    tight = BuiltinEnv(seed=0, num_train=5, budget_per_expert_step=1, budget_extra_steps=0)
+    task_id = tight.tasks("train")[0]
+    expert = [s.action for s in tight.expert_steps(task_id)]
+    assert tight.max_steps(task_id) == len(expert)
+    _, scores = play(tight, task_id, expert)
+    assert scores[-1] == 1.0  # the expert's own length is always enough
+    with pytest.raises(ValueError, match="budget_per_expert_step must be >= 1"):
+        BuiltinEnv(budget_per_expert_step=0)
+    with pytest.raises(ValueError, match="budget_extra_steps >= 0, got 2 and -1"):
+        BuiltinEnv(budget_extra_steps=-1)
+
+
 def test_stopping_one_step_short_of_the_expert_is_a_near_success(env):
     for task_id in env.tasks("test_unseen"):
         actions = [s.action for s in env.expert_steps(task_id)]

@@ -273,7 +273,9 @@ def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
 
 @pytest.mark.slow
 def test_matched_exploration_plays_each_task_twice_for_single_explorer_methods(tmp_path):
-    results = run(tiny_config(methods=("eto", "rft"), match_exploration=True), str(tmp_path))
+    config = tiny_config(methods=("eto", "rft"), match_exploration=True, sft={"rft_epochs": 1})
+    results = run(config, str(tmp_path))
+    assert results["methods"]["RFT"]["iterations"][1]["train"]["target"]["epochs"] == 1  # SFT's are 2
     for title in ("ETO", "RFT"):
         explore = results["methods"][title]["iterations"][1]["explore"]["target"]
         assert explore["episodes"] == 16  # 8 train tasks, twice: as many as co-evolution's two agents

@@ -7,7 +7,9 @@ subgoals reached so far: a reached subgoal stays reached, so the score never dec
 when all are reached, which ends the episode (`done`). Failed episodes therefore land on partial scores
 (e.g. 0.25, 0.5, 0.75), near-misses included. Invalid actions get feedback and change nothing.
 
-The step budget is `max_steps = 2 * (expert solution length) + 5`; the rollout loop enforces it. Stepping
+The step budget is `max_steps = budget_per_expert_step * (expert solution length) + budget_extra_steps`
+(2 and 5 by default); the rollout loop enforces it. A tighter budget makes tasks no easier (the score still
+needs every subgoal) and makes failed episodes, which play to the budget, cheaper. Stepping
 before `reset` or after `done` raises RuntimeError. Everything is a function of (seed, task id): no global
 random state, clock or set order.
 """
@@ -43,8 +45,16 @@ class BuiltinEnv(Environment):
         num_test_unseen: int = 50,
         num_dev: int = 50,
         num_dev_unseen: int = 50,
+        budget_per_expert_step: int = 2,
+        budget_extra_steps: int = 5,
     ):
+        if budget_per_expert_step < 1 or budget_extra_steps < 0:
+            raise ValueError(
+                f"builtin: budget_per_expert_step must be >= 1 and budget_extra_steps >= 0, got "
+                f"{budget_per_expert_step} and {budget_extra_steps}"
+            )
         self.seed = seed
+        self.budget = (budget_per_expert_step, budget_extra_steps)
         sizes = {
             "train": num_train,
             "dev": num_dev,
@@ -79,7 +89,8 @@ class BuiltinEnv(Environment):
         return self._tasks[task_id]
 
     def max_steps(self, task_id: str) -> int:
-        return 2 * len(self.expert_steps(task_id)) + 5
+        per_step, extra = self.budget
+        return per_step * len(self.expert_steps(task_id)) + extra
 
     def reset(self, task_id: str) -> str:
         self._task = self.task(check_task_id("builtin", task_id))

@@ -67,6 +67,7 @@ class SFTConfig:
     learning_rate: float = 2e-5
     warmup_ratio: float = 0.03
     batch_size: int = 16
+    rft_epochs: int | None = None  # RFT's per-iteration fine-tuning of the current policy (None: `epochs`)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,10 +55,19 @@ def _place(setup: PolicySetup, batch: dict) -> dict:
 
 
 def sft_phase(
-    setup: PolicySetup, store: RunStore, name: str, params: dict, trajectories: Sequence, *, seed: int
+    setup: PolicySetup,
+    store: RunStore,
+    name: str,
+    params: dict,
+    trajectories: Sequence,
+    *,
+    seed: int,
+    epochs: int | None = None,
 ) -> tuple[dict, dict]:
-    """Behavioural cloning of `trajectories` from `params`; returns (new params, summary)."""
+    """Behavioural cloning of `trajectories` from `params` for `epochs` (default `sft.epochs`);
+    returns (new params, summary)."""
     cfg = setup.cfg
+    epochs = epochs or cfg.sft.epochs
     examples, fit = tokenize_sft_examples(
         trajectories, setup.tokenizer, setup.chat_format, max_length=cfg.max_length
     )
@@ -75,12 +84,12 @@ def sft_phase(
         ]
 
     steps_per_epoch = len(plan_batches([len(e) for e in examples], batch_size, buckets, seed=0))
-    total = max(cfg.sft.epochs * steps_per_epoch, 2)
+    total = max(epochs * steps_per_epoch, 2)
     warmup = min(int(cfg.sft.warmup_ratio * total), total - 1)
     optimizer = OptimizerConfig(
         learning_rate=cfg.sft.learning_rate, schedule="cosine", warmup_steps=warmup, total_steps=total
     )
-    spec = PhaseSpec(name, "sft", optimizer, 0.1, cfg.sft.epochs, seed)
+    spec = PhaseSpec(name, "sft", optimizer, 0.1, epochs, seed)
     params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch)
     return params, {**summary, "examples": len(examples), "fit": fit.to_dict()}
 

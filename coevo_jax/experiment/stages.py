@@ -182,13 +182,19 @@ class Stages:
     def train_sft(
         self, name: str, start: str, trajectories: Sequence[Trajectory], iteration: int
     ) -> tuple[str, dict]:
-        """An SFT phase of policy `start` on `trajectories` (RFT), saved as `name`."""
+        """An SFT phase of policy `start` on `trajectories` (RFT, `sft.rft_epochs`), saved as `name`."""
         stage = f"train/{name}"
 
         def run():
             seed = rollouts.stage_seed(self.seed, stage)
             params, summary = phases.sft_phase(
-                self.setup, self.store, stage, self.params(start), trajectories, seed=seed
+                self.setup,
+                self.store,
+                stage,
+                self.params(start),
+                trajectories,
+                seed=seed,
+                epochs=self.setup.cfg.sft.rft_epochs,
             )
             self._keep(name, params)
             self.store.clear_scratch(stage)
