@@ -18,10 +18,13 @@ import pytest
 
 from coevo_jax.experiment.report import (
     aggregate_runs,
+    details_markdown,
+    failure_analysis_figure,
     failure_series,
     final_scores,
     plot_failure_analysis,
     plot_reward_curves,
+    reward_curves_figure,
     table_markdown,
     table_markdown_mean_std,
     write_reports,
@@ -34,7 +37,12 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def split_eval(rng):
-    return {"avg_reward": float(rng.uniform()), "success_rate": float(rng.uniform()), "episodes": 50}
+    return {
+        "avg_reward": float(rng.uniform()),
+        "success_rate": float(rng.uniform()),
+        "episodes": 50,
+        "terminations": {"context_limit": int(rng.integers(0, 5))},
+    }
 
 
 def explore_stats(rng):
@@ -60,9 +68,22 @@ def make_results(seed=0, env="builtin", num_iterations=3, methods=("SFT", "ETO",
                 agents = ["target", "failure"] if method.startswith("CoEvolving") else ["target"]
                 record["explore"] = {agent: explore_stats(rng) for agent in agents}
                 record["pairs"] = {
-                    a: {"pairs": int(rng.integers(50, 150)), "hard_negatives": 10} for a in agents
+                    a: {
+                        "pairs": int(rng.integers(50, 150)),
+                        "hard_negatives": int(rng.integers(0, 20)),
+                        "by_kind": {"expert_vs_target": int(rng.integers(0, 50))},
+                    }
+                    for a in agents
                 }
-                record["train"] = {a: {"steps": 30, "loss": float(rng.uniform())} for a in agents}
+                record["train"] = {
+                    a: {
+                        "steps": 30,
+                        "loss": float(rng.uniform()),
+                        "final_reward_accuracy": float(rng.uniform()),
+                        "final_reward_margin": float(rng.normal()),
+                    }
+                    for a in agents
+                }
             else:
                 record["explore"] = {}
             iterations.append(record)
@@ -293,3 +314,69 @@ def test_read_scalars_ignores_a_truncated_last_record(tmp_path):
     with event_file.open("ab") as file:
         file.write(b"\x10\x00\x00\x00\x00\x00\x00")  # a record header cut short
     assert read_scalars(tmp_path) == {"x": [(3, 1.5)]}
+
+
+def test_details_cells_are_mean_and_sample_std_over_runs():
+    seed = int(np.random.default_rng().integers(1 << 30))
+    print("seed", seed)
+    runs = [make_results(seed=seed + i) for i in range(3)]
+    header, _ = parse_table(details_markdown(runs))
+    lines = [line for line in details_markdown(runs).splitlines() if line.startswith("| CoEvolving | 2 |")]
+    rows = {cells[2]: cells for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines)}
+    assert sorted(rows) == ["failure agent", "target"]
+    records = [run["methods"]["CoEvolving"]["iterations"][2] for run in runs]
+
+    def stat(values, digits=1):
+        return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
+
+    target, failure = rows["target"], rows["failure agent"]
+    column = {name: header.index(name) for name in header}
+    assert target[column["Failures*"]] == stat([r["explore"]["target"]["failures"] for r in records])
+    assert failure[column["Failure reward*"]] == stat(
+        [100 * r["explore"]["failure"]["failure_avg_reward"] for r in records]
+    )
+    assert target[column["Hard neg."]] == stat([r["pairs"]["target"]["hard_negatives"] for r in records])
+    by_kind = np.mean([r["pairs"]["failure"]["by_kind"]["expert_vs_target"] for r in records])
+    assert failure[column["Pairs by kind"]] == f"expert_vs_target {by_kind:.0f}"
+    assert target[column["DPO margin"]] == stat(
+        [r["train"]["target"]["final_reward_margin"] for r in records], 2
+    )
+    cutoffs = [sum(r["eval"][s]["terminations"]["context_limit"] for s in SPLITS) for r in records]
+    assert target[column["Eval cut-offs"]] == stat(cutoffs)
+    assert failure[column["Eval cut-offs"]] == "—"
+    assert not any(line.startswith("| SFT |") for line in details_markdown(runs).splitlines())
+
+
+def test_multi_run_figures_plot_means_with_std_error_bars():
+    runs = [make_results(seed=s) for s in (11, 12)]
+    figure = reward_curves_figure(runs)
+    seen_ax = figure.axes[0]
+    eto = next(c for c in seen_ax.containers if c.get_label() == "ETO").lines[0]  # the errorbar's data line
+    expected = [
+        np.mean(
+            [100 * run["methods"]["ETO"]["iterations"][k]["eval"]["test_seen"]["avg_reward"] for run in runs]
+        )
+        for k in range(4)
+    ]
+    np.testing.assert_allclose(np.asarray(eto.get_ydata(), dtype=float), expected)
+    assert len(seen_ax.containers) == 2  # ETO's and CoEvolving's error bars; SFT is a line with a band
+    bars = [c for c in failure_analysis_figure(runs).axes[0].containers if hasattr(c, "patches")]
+    assert bars[0].get_label() == "ETO target" and bars[0].errorbar is not None
+    heights = [patch.get_height() for patch in bars[0].patches]  # iterations 1..3
+    expected = [
+        np.mean([run["methods"]["ETO"]["iterations"][k]["explore"]["target"]["failures"] for run in runs])
+        for k in (1, 2, 3)
+    ]
+    np.testing.assert_allclose(heights, expected)
+
+
+def test_cli_figures_writes_the_study_reports(tmp_path):
+    runs = [make_results(seed=seed) for seed in (0, 1)]
+    for run in runs:
+        (tmp_path / str(run["seed"])).mkdir()
+        (tmp_path / str(run["seed"]) / "results.json").write_text(json.dumps(run))
+    proc = run_cli(tmp_path / "0", tmp_path / "1", "--figures", tmp_path / "docs")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "docs" / "details.md").read_text() == details_markdown(runs)
+    assert_png(tmp_path / "docs" / "reward_curves.png", expect_w_gt_h=True)
+    assert_png(tmp_path / "docs" / "failure_analysis.png", expect_w_gt_h=True)

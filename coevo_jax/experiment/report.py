@@ -8,9 +8,12 @@ evaluation per split and, from iteration 1, what each agent's exploration produc
 * `aggregate_runs` / `table_markdown_mean_std`: the same table as "mean ± std" over several seeds.
 * `plot_reward_curves` (Figure 3): average reward across iterations, one panel per split.
 * `plot_failure_analysis` (Figure 2): failures produced per iteration and their mean reward.
-* `write_reports`: all three files into a workdir, each written atomically.
+* `details_markdown`: per method, iteration and agent, the counts behind the table (failures on the tasks
+  SFT failed, pairs by kind, hard negatives, DPO accuracy and margin, context cut-offs).
+* `write_reports`: all three files into a workdir, each written atomically; `write_study_reports`: the
+  figures (mean ± std over seeds) and the details for several runs.
 
-CLI: `python -m coevo_jax.experiment.report WORKDIR [WORKDIR ...] [--out FILE]`.
+CLI: `python -m coevo_jax.experiment.report WORKDIR [WORKDIR ...] [--out FILE] [--figures DIR]`.
 """
 
 from __future__ import annotations
@@ -202,6 +205,101 @@ def table_markdown_mean_std(runs: Sequence[Mapping], names: Sequence[str] | None
     return f"{title}\n\n{note} {LEGEND}\n\n{table}\n"
 
 
+def _cell(values: Sequence[float], digits: int = 1) -> str:
+    """ "mean ± std" over the runs that have the value (just the mean for one run), MISSING for none."""
+    if not values:
+        return MISSING
+    mean, std = _mean_std(values)
+    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+DETAIL_HEADERS = (
+    "Method",
+    "It.",
+    "Agent",
+    "Failures*",
+    "Failure reward*",
+    "Pairs",
+    "Hard neg.",
+    "Pairs by kind",
+    "DPO acc.",
+    "DPO margin",
+    "Eval cut-offs",
+)
+
+
+def details_markdown(results: Mapping | Sequence[Mapping]) -> str:
+    """Per method, iteration and agent, the counts behind Table 1 (mean ± std over the runs given).
+
+    Failures* and their mean reward (x100) are on the train tasks the SFT policy failed (Figure 2's scope);
+    pairs, hard negatives (rejected reward >= the threshold) and pairs by kind are the agent's DPO dataset;
+    DPO acc./margin are the last logged step's reward accuracy and margin; eval cut-offs are the target's
+    evaluation episodes (all splits) that ended at the context limit.
+    """
+    runs = _as_runs(results)
+    rows = []
+    for name in runs[0]["methods"]:
+        iterations = sorted(
+            {it["iteration"] for run in runs for it in _iterations(run["methods"].get(name) or {})} - {0}
+        )
+        for k in iterations:
+            records = [
+                it
+                for run in runs
+                for it in _iterations(run["methods"].get(name) or {})
+                if it["iteration"] == k
+            ]
+            agents = sorted(
+                {a for r in records for a in (r.get("explore") or {})},
+                key=lambda a: (a != "target", a),
+            )
+            for agent in agents:
+                explored = [
+                    (r["explore"][agent] or {}).get("on_sft_failed_tasks", r["explore"][agent])
+                    for r in records
+                    if (r.get("explore") or {}).get(agent)
+                ]
+                pairs = [(r.get("pairs") or {}).get(agent) for r in records]
+                pairs = [p for p in pairs if p]
+                train = [(r.get("train") or {}).get(agent) for r in records]
+                train = [t for t in train if t]
+                kinds = sorted({kind for p in pairs for kind in p.get("by_kind", {})})
+                by_kind = ", ".join(
+                    f"{kind} {np.mean([p.get('by_kind', {}).get(kind, 0) for p in pairs]):.0f}"
+                    for kind in kinds
+                )
+                cutoffs = [
+                    sum(
+                        (e.get("terminations") or {}).get("context_limit", 0)
+                        for e in (r.get("eval") or {}).values()
+                    )
+                    for r in records
+                ]
+
+                def present(items, key, scale=1.0):
+                    return [scale * item[key] for item in items if item.get(key) is not None]
+
+                rows.append(
+                    [
+                        _escape(name),
+                        str(k),
+                        _agent_label(name, agent).removeprefix(f"{name} "),
+                        _cell(present(explored, "failures")),
+                        _cell(present(explored, "failure_avg_reward", 100.0)),
+                        _cell(present(pairs, "pairs")),
+                        _cell(present(pairs, "hard_negatives")),
+                        by_kind or MISSING,
+                        _cell(present(train, "final_reward_accuracy"), 2),
+                        _cell(present(train, "final_reward_margin"), 2),
+                        _cell(cutoffs) if agent == "target" else MISSING,
+                    ]
+                )
+    title = (
+        f"### What each iteration explored and trained on (`{runs[0].get('env', '?')}`{_seeds_note(runs)})"
+    )
+    return f"{title}\n\n{_markdown(DETAIL_HEADERS, rows)}\n"
+
+
 def _atomic_write(path: str | os.PathLike, write: Callable[[object], None], mode: str = "w") -> Path:
     """Call `write(file)` on a temporary file next to `path`, then rename it over `path`."""
     path = Path(path)
@@ -227,16 +325,35 @@ def _no_data(ax, message: str) -> None:
     ax.set_yticks([])
 
 
-def reward_curves_figure(results: Mapping) -> Figure:
+def _as_runs(results: Mapping | Sequence[Mapping]) -> list[Mapping]:
+    """One run's results, or several seeds' (figures then show the mean and ± 1 std across them)."""
+    return [results] if isinstance(results, Mapping) else list(results)
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample std (0 for a single value) of the values present in every run that has them."""
+    array = np.asarray(values, dtype=np.float64)
+    return float(np.mean(array)), float(np.std(array, ddof=1)) if array.size > 1 else 0.0
+
+
+def reward_curves_figure(results: Mapping | Sequence[Mapping]) -> Figure:
     """Figure 3: average reward x100 per iteration, one panel per split with data, one line per method.
 
-    A method evaluated only at iteration 0 (SFT) is a horizontal dashed line.
+    With several runs (seeds) each point is their mean, with ± 1 std as error bars. A method evaluated only
+    at iteration 0 (SFT) is a horizontal dashed line (its std a shaded band).
     """
-    methods = list(results["methods"].items())
+    runs = _as_runs(results)
+    first = runs[0]
+    names = list(first["methods"])
     splits = [
         s
-        for s in results["splits"]
-        if any(s in (it.get("eval") or {}) for _, m in methods for it in _iterations(m))
+        for s in first["splits"]
+        if any(
+            s in (it.get("eval") or {})
+            for run in runs
+            for m in run["methods"].values()
+            for it in _iterations(m)
+        )
     ]
     figure = Figure(figsize=(5.0 * max(len(splits), 1), 4.0), layout="constrained")
     axes = figure.subplots(1, max(len(splits), 1), squeeze=False)[0]
@@ -244,18 +361,27 @@ def reward_curves_figure(results: Mapping) -> Figure:
         _no_data(axes[0], "no evaluation data")
         return figure
     for ax, split in zip(axes, splits, strict=True):
-        for index, (name, method) in enumerate(methods):
-            points = [
-                (it["iteration"], _metric(it["eval"], split, "avg_reward"))
-                for it in _iterations(method)
-                if split in (it.get("eval") or {})
-            ]
+        for index, name in enumerate(names):
+            per_iteration: dict[int, list[float]] = {}
+            for run in runs:
+                for it in _iterations(run["methods"].get(name) or {}):
+                    value = _metric(it.get("eval") or {}, split, "avg_reward")
+                    if value is not None:
+                        per_iteration.setdefault(it["iteration"], []).append(value)
+            points = [(i, *_mean_std(v)) for i, v in sorted(per_iteration.items())]
             style = {"color": f"C{index % 10}", "label": name}
-            if points and all(iteration == 0 for iteration, _ in points):
-                ax.axhline(points[-1][1], linestyle="--", **style)
+            if points and all(iteration == 0 for iteration, _, _ in points):
+                _, mean, std = points[-1]
+                ax.axhline(mean, linestyle="--", **style)
+                if std > 0:
+                    ax.axhspan(mean - std, mean + std, color=style["color"], alpha=0.1)
             elif points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker=MARKERS[index % len(MARKERS)], **style)
+                xs, ys, errs = zip(*points, strict=True)
+                marker = MARKERS[index % len(MARKERS)]
+                if len(runs) > 1:
+                    ax.errorbar(xs, ys, yerr=errs, marker=marker, capsize=3, **style)
+                else:
+                    ax.plot(xs, ys, marker=marker, **style)
         ax.set_title(split_label(split))
         ax.set_xlabel("iteration")
         ax.set_ylabel("average reward (×100)")
@@ -263,11 +389,15 @@ def reward_curves_figure(results: Mapping) -> Figure:
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3), fontsize="small")
-    figure.suptitle(f"Average reward across iterations ({results.get('env', '?')})")
+    figure.suptitle(f"Average reward across iterations ({first.get('env', '?')}{_seeds_note(runs)})")
     return figure
 
 
-def plot_reward_curves(results: Mapping, path: str | os.PathLike) -> Path:
+def _seeds_note(runs: Sequence[Mapping]) -> str:
+    return f"; mean ± std over {len(runs)} seeds" if len(runs) > 1 else ""
+
+
+def plot_reward_curves(results: Mapping | Sequence[Mapping], path: str | os.PathLike) -> Path:
     """Write Figure 3 (reward curves) as a PNG at `path`."""
     return _save_png(reward_curves_figure(results), path)
 
@@ -307,27 +437,39 @@ def _has_sft_failed_scope(results: Mapping) -> bool:
     )
 
 
-def failure_analysis_figure(results: Mapping) -> Figure:
-    """Figure 2: (a) failure trajectories per iteration, (b) their mean reward x100, bars per series."""
-    series = failure_series(results)
+def failure_analysis_figure(results: Mapping | Sequence[Mapping]) -> Figure:
+    """Figure 2: (a) failure trajectories per iteration, (b) their mean reward x100, bars per series.
+
+    With several runs (seeds) each bar is their mean with ± 1 std as an error bar.
+    """
+    runs = _as_runs(results)
+    per_run = [dict(failure_series(run)) for run in runs]
+    labels = [label for label, _ in failure_series(runs[0])]
     figure = Figure(figsize=(11.0, 4.0), layout="constrained")
     count_ax, reward_ax = figure.subplots(1, 2)
-    if not series:
+    if not labels:
         _no_data(count_ax, "no exploration data")
         _no_data(reward_ax, "no exploration data")
         return figure
-    iterations = sorted({iteration for _, stats in series for iteration in stats})
-    width = 0.8 / len(series)
-    for index, (label, stats) in enumerate(series):
-        offset = (index - (len(series) - 1) / 2) * width
+    iterations = sorted({i for series in per_run for stats in series.values() for i in stats})
+    width = 0.8 / len(labels)
+    for index, label in enumerate(labels):
+        offset = (index - (len(labels) - 1) / 2) * width
         style = {"width": width, "color": f"C{index % 10}", "label": label}
-        counts = [(i + offset, stats[i].get("failures")) for i in iterations if i in stats]
-        rewards = [(i + offset, stats[i].get("failure_avg_reward")) for i in iterations if i in stats]
-        counts = [(x, y) for x, y in counts if y is not None]
-        rewards = [(x, 100.0 * y) for x, y in rewards if y is not None]
-        for ax, bars in ((count_ax, counts), (reward_ax, rewards)):
+        for ax, key, scale in ((count_ax, "failures", 1.0), (reward_ax, "failure_avg_reward", 100.0)):
+            bars = []
+            for i in iterations:
+                values = [
+                    scale * series[label][i][key]
+                    for series in per_run
+                    if i in series.get(label, {}) and series[label][i].get(key) is not None
+                ]
+                if values:
+                    bars.append((i + offset, *_mean_std(values)))
             if bars:
-                ax.bar(*zip(*bars, strict=True), **style)
+                xs, ys, errs = zip(*bars, strict=True)
+                errors = {"yerr": errs, "capsize": 2} if len(runs) > 1 else {}
+                ax.bar(xs, ys, **errors, **style)
     for ax, title, ylabel in (
         (count_ax, "(a) failure trajectories", "failures per iteration"),
         (reward_ax, "(b) mean reward of failures", "mean failure reward (×100)"),
@@ -340,12 +482,13 @@ def failure_analysis_figure(results: Mapping) -> Figure:
     figure.legend(
         *count_ax.get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize="small"
     )
-    scope = "on the train tasks the SFT policy failed" if _has_sft_failed_scope(results) else "in exploration"
-    figure.suptitle(f"Failures produced {scope} ({results.get('env', '?')})")
+    scoped = all(_has_sft_failed_scope(run) for run in runs)
+    scope = "on the train tasks the SFT policy failed" if scoped else "in exploration"
+    figure.suptitle(f"Failures produced {scope} ({runs[0].get('env', '?')}{_seeds_note(runs)})")
     return figure
 
 
-def plot_failure_analysis(results: Mapping, path: str | os.PathLike) -> Path:
+def plot_failure_analysis(results: Mapping | Sequence[Mapping], path: str | os.PathLike) -> Path:
     """Write Figure 2 (failure counts and rewards) as a PNG at `path`."""
     return _save_png(failure_analysis_figure(results), path)
 
@@ -365,6 +508,17 @@ def write_reports(results: Mapping, workdir: str | os.PathLike) -> dict[str, Pat
     }
 
 
+def write_study_reports(runs: Sequence[Mapping], directory: str | os.PathLike) -> dict[str, Path]:
+    """Write reward_curves.png, failure_analysis.png (mean ± std over `runs`) and details.md into `directory`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return {
+        "reward_curves": plot_reward_curves(runs, directory / "reward_curves.png"),
+        "failure_analysis": plot_failure_analysis(runs, directory / "failure_analysis.png"),
+        "details": write_text(directory / "details.md", details_markdown(runs)),
+    }
+
+
 def _results_path(arg: str) -> Path:
     """A workdir argument names its results.json; a file argument is taken as the results file itself."""
     path = Path(arg)
@@ -376,6 +530,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coevo_jax.experiment.report", description=__doc__)
     parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="run directory with results.json")
     parser.add_argument("--out", help="also write the printed table to this file")
+    parser.add_argument(
+        "--figures",
+        metavar="DIR",
+        help="with several workdirs: write Figures 2 and 3 (mean ± std over them) and details.md into DIR",
+    )
     args = parser.parse_args(argv)
     paths = [_results_path(arg) for arg in args.workdirs]
     try:
@@ -386,6 +545,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)
         else:
             table = table_markdown_mean_std(runs, names=[str(path) for path in paths])
+            if args.figures:
+                written = write_study_reports(runs, args.figures)
+                print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)
         if args.out:
             write_text(args.out, table)
     except (OSError, ValueError) as err:
