@@ -1,20 +1,24 @@
 """Quickstart: SFT, ETO and co-evolving agents end to end on the built-in environment, on a laptop CPU.
 
 A tiny Llama-shaped policy (2 layers, hidden 128, a 4-token shift on its input embeddings) trained from
-scratch with a tokenizer trained offline on the experts' text; sized to finish in about 21 minutes on 2 CPU
-cores and print the Table-1-style comparison:
+scratch with a tokenizer trained offline on the experts' text; prints the Table-1-style comparison:
 
     python -m coevo_jax.main --config=configs/quickstart.py --workdir=workdir_quickstart
 
 Chosen on the built-in environment's dev splits (`--config.env.eval_splits="('dev','dev_unseen')"`), never on
-the test splits. The policy must copy the room or container that the task text names for each object
-("The apple is in the kitchen."). Greedy dev success after SFT, one run each: without the token shift
-2-28 % over six runs (seeds, dtypes, shapes at lr 6e-3; 4 % at lr 1e-2); with it 50 % (seed 0; dev_unseen
-14 %) and 16 % (seed 1), so the shift helps but a seed can still miss. 1,500 expert trajectories and lr 6e-3
-beat 300 trajectories and lr 2e-3. DPO at lr 2e-5 left the dev policy where it was (16 updates, reward
-margin 0.05, dev reward 74.8 -> 75.5); ETO's ratio (DPO lr 1/20 of the SFT lr) would give 3e-4; 1e-4, between
-the two, was not tuned further. 96 explored tasks per agent and iteration, up from 80
-(where the SFT policy failed 53 of 80); the test run still had only 23-28 failure-failure pairs per iteration.
+the test splits (bench/README.md has the runs):
+* SFT. The policy must copy the room or container that the task text names for each object ("The apple is in
+  the kitchen."). Greedy dev success after SFT, one run each: without the token shift 2-28 % over six runs
+  (seeds, dtypes, shapes at lr 6e-3; 4 % at lr 1e-2); with it 50 % (seed 0; dev_unseen 14 %) and 16 %
+  (seed 1), so the shift helps but a seed can still miss. 1,500 expert trajectories and lr 6e-3 beat 300
+  trajectories and lr 2e-3.
+* DPO lr 3e-5, beta 0.1, 20 updates per phase. From the same iteration-1 policies and explorations, one
+  phase each: co-evolution's target at lr 1e-4 fell from 52 % to 38 % dev success (its greedy episodes
+  start answering "OK", the instruction's first reply, in place of actions), at 3e-5 it held 50 %; ETO
+  reached 56 % at 3e-5 and 54 % at 1e-4; beta 0.5 changed little.
+* Exploration: 160 train tasks per agent and iteration, so that D_fail (one episode per task and agent;
+  equal rewards make no pair) holds at least 30 pairs (96 tasks gave 23-28, 128 gave 27-38); a step budget
+  of the expert's length + 5 (97 % of the SFT policy's successes on train tasks needed no more).
 """
 
 from ml_collections import ConfigDict
