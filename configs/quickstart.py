@@ -13,8 +13,8 @@ the test splits (bench/README.md has the runs):
   (seed 1), so the shift helps but a seed can still miss. 1,500 expert trajectories and lr 6e-3 beat 300
   trajectories and lr 2e-3.
 * DPO lr 3e-5, beta 0.1, 20 updates per phase. From the same iteration-1 policies and explorations, one
-  phase each: co-evolution's target at lr 1e-4 fell from 52 % to 38 % dev success (its greedy episodes
-  start answering "OK", the instruction's first reply, in place of actions), at 3e-5 it held 50 %; ETO
+  phase each: co-evolution's target at lr 1e-4 fell from 52 % to 28-38 % dev success (its greedy turns
+  start ending after the thought, with no action), at 3e-5 it held 50 %; ETO
   reached 56 % at 3e-5 and 54 % at 1e-4; beta 0.5 changed little.
 * Exploration: 160 train tasks per agent and iteration, so that D_fail (one episode per task and agent;
   equal rewards make no pair) holds at least 30 pairs (96 tasks gave 23-28, 128 gave 27-38); a step budget
