@@ -37,6 +37,7 @@ class Kill:
     returncode: int | None = None
     detail: str = ""
     done: list[str] = dataclasses.field(default_factory=list)  # stages recorded when the process died
+    left: str = ""  # partial state the kill left for the resume
     stage: str = ""  # the first stage, in the uninterrupted run's order, not among `done`
 
 
@@ -76,12 +77,34 @@ def killed_and_resumed(config: str, workdir: str, env: dict) -> list[Kill]:
         if os.path.exists(note):
             with open(note) as f:
                 kill.detail = json.load(f)["detail"]
-        kill.done = _stage_order(workdir)
+        kill.done, kill.left = _stage_order(workdir), left_behind(workdir)
         kills.append(kill)
     final = _run([sys.executable, "-m", "coevo_jax.main", *_job_flags(config, workdir)], env, log_path)
     if final.wait() != 0:
         raise RuntimeError(f"the last resume failed (exit {final.returncode}); see {log_path}")
     return kills
+
+
+def left_behind(workdir: str) -> str:
+    """What a killed process left for the next: mid-phase checkpoints, uncommitted saves, torn lines."""
+    found = []
+    partial = os.path.join(workdir, "partial")
+    for stage in sorted(os.listdir(partial)) if os.path.isdir(partial) else []:
+        state = os.path.join(partial, stage, "state")
+        names = os.listdir(state) if os.path.isdir(state) else []
+        steps = sorted(int(n) for n in names if n.isdigit())
+        found.append(f"{stage}: checkpoint {steps[-1]}" if steps else f"{stage}: no checkpoint")
+        found += [f"{stage}: uncommitted {n.split('.')[0]}" for n in names if not n.isdigit()]
+    policies = os.path.join(workdir, "policies")
+    found += [f"policies/{n}" for n in sorted(os.listdir(policies)) if "tmp" in n]
+    rollouts = os.path.join(workdir, "rollouts")
+    for name in sorted(os.listdir(rollouts)) if os.path.isdir(rollouts) else []:
+        with open(os.path.join(rollouts, name), "rb") as f:
+            data = f.read()
+        if data and not data.endswith(b"\n"):
+            episodes = data.count(b"\n")
+            found.append(f"{name}: {episodes} episodes + a torn line")
+    return "; ".join(found) or "-"
 
 
 def _first_missing(order: list[str], done: list[str]) -> str:
@@ -178,7 +201,7 @@ def main() -> int:
         results = differences(_without_wall_clock(json.load(f)), _without_wall_clock(json.load(g)))
 
     failed = bool(results) or policies[0] != policies[1] or rollouts[0] != rollouts[1]
-    print(f"| point | killed at | stage | resumed ok | stage output identical |\n|{'---|' * 5}")
+    print(f"| point | killed at | stage | left behind | resumed ok | stage output identical |\n|{'---|' * 6}")
     for kill in kills:
         resumed = kill.returncode == -9 and kill.stage in done_at_end
         kind, name = _stage_outputs(kill.stage) if kill.stage != "(none)" else ("", "")
@@ -186,7 +209,8 @@ def main() -> int:
         same = bool(name) and name in found[0] and found[0].get(name) == found[1].get(name)
         failed |= not (resumed and same)
         where = kill.detail or f"not killed (exit {kill.returncode})"
-        print(f"| {kill.point} | call {kill.call}: {where} | {kill.stage} | {_yes(resumed)} | {_yes(same)} |")
+        row = (kill.point, f"call {kill.call}: {where}", kill.stage, kill.left, _yes(resumed), _yes(same))
+        print(f"| {' | '.join(row)} |")
     print()
     same_policies = sum(policies[0].get(n) == h for n, h in policies[1].items())
     same_rollouts = sum(rollouts[0].get(n) == r for n, r in rollouts[1].items())
