@@ -3,7 +3,8 @@
 Used by `launch/kill_resume_drill.py`, which runs it once uninterrupted and again with SIGKILLs at chosen
 points, and compares the results. A one-layer policy on 8 built-in train tasks (as the tests' tiny config);
 one iteration. SFT takes 4 updates and every DPO phase 5, with a mid-phase checkpoint every 2, so a kill at
-an update can land between two checkpoints and the resumed phase must redo the updates after the last one.
+an update lands between two checkpoints and the resumed phase must redo the updates after the last
+committed one.
 """
 
 from ml_collections import ConfigDict

@@ -27,7 +27,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WALL_CLOCK_FIELDS = ("final_tokens_per_second",)
 # (point, call), in the order the run reaches them; each call counts from the start of its own process.
-KILLS = (("sft", 4), ("save", 2), ("eval", 3), ("explore", 3), ("dpo", 4))
+# SFT's 4th update comes right after the asynchronous save of its step-2 checkpoint began, which the kill
+# usually leaves uncommitted (the phase restarts); ETO's 5th comes after a committed one (the phase restores).
+KILLS = (("sft", 4), ("save", 2), ("eval", 3), ("explore", 3), ("dpo", 5))
 
 
 @dataclasses.dataclass
@@ -96,7 +98,8 @@ def left_behind(workdir: str) -> str:
         found.append(f"{stage}: checkpoint {steps[-1]}" if steps else f"{stage}: no checkpoint")
         found += [f"{stage}: uncommitted {n.split('.')[0]}" for n in names if not n.isdigit()]
     policies = os.path.join(workdir, "policies")
-    found += [f"policies/{n}" for n in sorted(os.listdir(policies)) if "tmp" in n]
+    if os.path.isdir(policies):
+        found += [f"policies/{n}" for n in sorted(os.listdir(policies)) if "tmp" in n]
     rollouts = os.path.join(workdir, "rollouts")
     for name in sorted(os.listdir(rollouts)) if os.path.isdir(rollouts) else []:
         with open(os.path.join(rollouts, name), "rb") as f:
@@ -188,7 +191,11 @@ def main() -> int:
     baseline = _run(  # alongside the kill chain: nothing of one depends on the other
         [sys.executable, "-m", "coevo_jax.main", *_job_flags(args.config, whole)], env, whole + ".log"
     )
-    kills = killed_and_resumed(args.config, killed, env)
+    try:
+        kills = killed_and_resumed(args.config, killed, env)
+    except BaseException:  # a failed chain does not leave the uninterrupted run going on its own
+        baseline.kill()
+        raise
     if baseline.wait() != 0:
         raise RuntimeError(f"the uninterrupted run failed (exit {baseline.returncode}); see {whole}.log")
     order, done_at_end = _stage_order(whole), _stage_order(killed)
