@@ -15,6 +15,10 @@ cache is compacted (`coevo_jax.models.kv_cache`), so slots past the length are s
 `decode`, a row's cache holds every generated token except the last one (which was sampled, never fed);
 the caller appends it with the next chunk.
 
+The random key is one for the whole batch, or one per row (a [B] key array): with a key per row, a row's
+tokens depend only on its own key and logits, not on which other rows share the batch, so a caller that
+derives each row's key from its episode gets the same samples however episodes are batched.
+
 Stop sequences are matched on token ids on the device (cheap early exit); text-level stop strings are the
 caller's to enforce after detokenization, since the same string can tokenize in more than one way.
 
@@ -88,7 +92,9 @@ class StopConfig:
 
 
 def sample_tokens(logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig) -> jax.Array:
-    """int32 [B]: argmax, or a sample from softmax(logits / T) restricted to the top-k / top-p set."""
+    """int32 [B]: argmax, or a sample from softmax(logits / T) restricted to the top-k / top-p set.
+
+    `key`: one key for the batch, or a [B] key array (row b sampled with key[b] alone)."""
     logits_BxV = logits_BxV.astype(jnp.float32)
     if cfg.greedy:
         return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
@@ -103,7 +109,16 @@ def sample_tokens(logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig) ->
         # Smallest set whose mass reaches top_p: keep a token while the mass before it is < top_p.
         cutoff_B = jnp.min(jnp.where(mass_before_BxV < cfg.top_p, sorted_BxV, jnp.inf), axis=-1)
         logits_BxV = jnp.where(logits_BxV < cutoff_B[:, None], -jnp.inf, logits_BxV)
+    if key.ndim:
+        return jax.vmap(jax.random.categorical)(key, logits_BxV).astype(jnp.int32)
     return jax.random.categorical(key, logits_BxV, axis=-1).astype(jnp.int32)
+
+
+def _fold_in(key: jax.Array, data) -> jax.Array:
+    """`jax.random.fold_in` of one key or of each key of a [B] key array."""
+    if key.ndim:
+        return jax.vmap(jax.random.fold_in, in_axes=(0, None))(key, data)
+    return jax.random.fold_in(key, data)
 
 
 @struct.dataclass
@@ -218,16 +233,14 @@ def decode(
             recent_BxW=jnp.full((batch, stops.window), -2, jnp.int32),
             step=jnp.zeros((), jnp.int32),
         )
-        state = _record(
-            state, sample_tokens(logits_BxV, jax.random.fold_in(key, 0), sampling), stops, max_new
-        )
+        state = _record(state, sample_tokens(logits_BxV, _fold_in(key, 0), sampling), stops, max_new)
 
         def body(state: DecodeState) -> DecodeState:
             feed_B = state.reasons_B == RUNNING
             logits_Bx1xV, cache = model.forward_cached(
                 state.last_token_B[:, None], state.cache, feed_B[:, None].astype(jnp.int32)
             )
-            token_B = sample_tokens(logits_Bx1xV[:, 0], jax.random.fold_in(key, state.step), sampling)
+            token_B = sample_tokens(logits_Bx1xV[:, 0], _fold_in(key, state.step), sampling)
             return _record(state.replace(cache=cache), token_B, stops, max_new)
 
         state = jax.lax.while_loop(lambda s: jnp.any(s.reasons_B == RUNNING), body, state)
@@ -325,7 +338,9 @@ class Sampler:
         return self._prefill(params, cache, self._rows(ids), self._rows(mask), self._rows(start))
 
     def decode(self, params, cache: KVCache, logits, active, key) -> tuple[DecodeResult, KVCache]:
-        """Dispatches the decode loop for rows where `active` is true (asynchronous, like any jit call)."""
+        """Dispatches the decode loop for rows where `active` is true (asynchronous, like any jit call);
+        `key` is one key or a [B] key array, one per row."""
+        key = self._rows(key) if key.ndim else key
         return self._decode(params, cache, logits, self._rows(np.asarray(active, bool)), key)
 
     def generate(self, params, prompts: list[list[int]], key) -> list[list[int]]:

@@ -304,6 +304,8 @@ def test_malformed_files(tmp_path):
         ("0", "turn_history.actions[1]", _set(["turn_history", "actions", 1], None)),
         ("0", "turn_history.rewards[2]", _set(["turn_history", "rewards", 2], True)),
         ("0", "turn_history.rewards[4]", _set(["turn_history", "rewards", 4], 2.0)),
+        ("0", "turn_history.rewards[1]", _set(["turn_history", "rewards", 1], float("nan"))),
+        ("0", "turn_history.rewards[4]", _set(["turn_history", "rewards", 4], float("inf"))),
         ("12", "turn_history.actions", _set(["turn_history", "actions"], [])),
     ],
 )

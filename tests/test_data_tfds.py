@@ -1,14 +1,17 @@
 """TFDS array_record datasets of trajectories and pairs: build into tmp_path, read back, no TensorFlow."""
 
+import dataclasses
 import os
 import subprocess
 import sys
 import textwrap
 
+import pytest
 import tensorflow_datasets as tfds
 
+from coevo_jax.data import tfds_builders
 from coevo_jax.data.pairs import build_target_pairs
-from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.records import DataFormatError, Trajectory, read_trajectories
 from coevo_jax.data.tfds_builders import (
     read_pairs_dataset,
     read_trajectories_dataset,
@@ -64,6 +67,57 @@ def test_pairs_round_trip(tmp_path):
     assert back[0].rejected.sampling["temperature"] == 0.1 + 0.2 and back[1].rejected.iteration == 0
     assert back[0].chosen.iteration is None
     assert "tensorflow" not in sys.modules
+
+
+@pytest.mark.parametrize("reward_repr", ["nan", "inf", "-inf"])
+def test_a_non_finite_reward_is_refused_naming_dataset_record_and_field(tmp_path, monkeypatch, reward_repr):
+    trajectories = real_trajectories()[:3]
+    encode = tfds_builders.encode_trajectory
+
+    def corrupt_second(trajectory):  # a Trajectory cannot hold NaN: write it into the row directly
+        row = encode(trajectory)
+        if trajectory is trajectories[1]:
+            row["reward_repr"] = reward_repr
+        return row
+
+    monkeypatch.setattr(tfds_builders, "encode_trajectory", corrupt_second)
+    version_dir = write_trajectories_dataset({"train": trajectories}, tmp_path)
+    with pytest.raises(
+        DataFormatError, match=r"coevo_trajectories/1.1.0 \[train\]: record 1: field 'reward'"
+    ):
+        read_trajectories_dataset(version_dir, "train")
+
+
+@pytest.mark.parametrize(
+    "field_name, change, problem",
+    [
+        ("lambda_dpo", {"lambda_dpo": float("nan")}, "expected a finite number >= 0, got nan"),
+        ("lambda_sft", {"lambda_sft": float("inf")}, "expected a finite number >= 0, got inf"),
+        ("rejected.reward", {"rejected_reward": "nan"}, "expected a finite number, got nan"),
+    ],
+)
+def test_a_pair_with_a_non_finite_weight_or_reward_is_refused(
+    tmp_path, monkeypatch, field_name, change, problem
+):
+    expert = next(t for t in real_trajectories() if t.traj_id == "intercode_sql_0_gpt-4")
+    target = Trajectory("sql0_tgt", expert.task_id, expert.messages[:4], 0.25, "target", prompt_len=3)
+    pairs = [
+        dataclasses.replace(p, **{k: v for k, v in change.items() if k.startswith("lambda")})
+        for p in build_target_pairs([expert], [target], [])
+    ]
+    encode = tfds_builders.encode_trajectory
+
+    def corrupt_rejected(trajectory):
+        row = encode(trajectory)
+        if trajectory is pairs[0].rejected and "rejected_reward" in change:
+            row["reward_repr"] = change["rejected_reward"]
+        return row
+
+    monkeypatch.setattr(tfds_builders, "encode_trajectory", corrupt_rejected)
+    version_dir = write_pairs_dataset({"train": pairs}, tmp_path)
+    with pytest.raises(DataFormatError, match=rf"\[train\]: record 0: field '{field_name}'") as info:
+        read_pairs_dataset(version_dir)
+    assert info.value.problem == problem
 
 
 def test_fresh_interpreter_builds_and_reads_without_importing_tensorflow(tmp_path):

@@ -271,6 +271,28 @@ def test_tiny_model_samples_k_per_task_with_temperature(env, tokenizer, tiny_mod
     assert np.isfinite(stats.mean_reward)
 
 
+def test_sampled_rollouts_resumed_after_a_crash_equal_uninterrupted_ones(
+    env, tokenizer, tiny_model, tmp_path
+):
+    """Each episode samples with keys of its own (task, sample, turn): a rerun that finishes a crashed
+    rollout on other rows, in other batches, plays the remaining episodes as the uninterrupted run did."""
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=12)
+    cfg = RolloutConfig(samples_per_task=2, max_steps=3, agent="target", iteration=1, **QUIET)
+    tasks = env.tasks("train")[:5]
+    actor, _ = _model_actor(tiny_model, tokenizer, rows=4, groups=2, sampling=sampling, seed=11)
+    whole, _ = run_rollouts(_factory, actor, tasks, str(tmp_path / "whole.jsonl"), cfg)
+    with open(tmp_path / "whole.jsonl") as f:
+        finished_first = f.readlines()[:3]
+    with open(tmp_path / "resumed.jsonl", "w") as f:  # what a crash after three episodes leaves
+        f.writelines(finished_first + ['{"id": "torn'])
+    actor, _ = _model_actor(tiny_model, tokenizer, rows=3, groups=1, sampling=sampling, seed=11)
+    resumed, stats = run_rollouts(_factory, actor, tasks, str(tmp_path / "resumed.jsonl"), cfg)
+    assert stats.skipped == 3 and stats.episodes == 7
+    assert [t.traj_id for t in resumed] == [t.traj_id for t in whole]  # task, then sample order
+    assert [t.messages for t in resumed] == [t.messages for t in whole]
+    assert len({t.messages for t in whole}) == len(whole)  # sampled: no two episodes alike
+
+
 @pytest.mark.slow
 def test_smollm2_plays_batched_episodes_with_the_cache(env, smollm2_gguf_path, tmp_path):
     """The real SmolLM2-135M-Instruct (GGUF) through the whole loop: ChatML template, <|im_end|> stops."""

@@ -242,6 +242,25 @@ def test_sampling_with_temperature_is_reproducible_and_row_independent(model):
     assert all(len(t) == 6 for t in a)
 
 
+def test_a_key_per_row_makes_each_rows_sample_independent_of_its_batch(model):
+    """Row b sampled with keys[b] gives the same tokens whichever row it is and whatever shares the batch."""
+    cfg = SamplingConfig(temperature=1.0, max_new_tokens=6)
+    sampler, params = Sampler.for_model(model, batch_size=3, cache_len=48, sampling=cfg)
+    prompts, keys = _prompts(12, (4, 9, 6)), jax.random.split(jax.random.key(7), 3)
+
+    def sample(order, active=(True, True, True)):
+        chunks = [prompts[i] if on else None for i, on in zip(order, active, strict=True)]
+        logits, cache = sampler.prefill(params, sampler.init_cache(), chunks, [0, 0, 0])
+        result, _ = sampler.decode(params, cache, logits, list(active), keys[np.asarray(order)])
+        tokens, counts = np.asarray(result.tokens_BxN), np.asarray(result.counts_B)
+        return {i: tokens[r, : counts[r]].tolist() for r, i in enumerate(order) if active[r]}
+
+    together = sample([0, 1, 2])
+    assert sample([2, 0, 1]) == together  # rows permuted
+    assert sample([1, 2, 0], (False, True, True)) == {i: together[i] for i in (2, 0)}  # without prompt 1
+    assert len({tuple(t) for t in together.values()}) == 3
+
+
 def test_sharded_sampler_equals_single_device(model):
     prompts = _prompts(9, (3, 7, 12, 5, 1, 9, 2, 15))
     cfg = SamplingConfig(max_new_tokens=5)

@@ -118,10 +118,17 @@ def intercode_episode_to_trajectory(
                 f"turn_history.{name}",
                 f"{len(values)} entries for {len(actions)} actions",
             )
+    for turn, value in enumerate(rewards):  # only the last is the trajectory's, but none may be NaN or inf
+        if not math.isfinite(value):
+            field_name = f"turn_history.rewards[{turn}]"
+            raise DataFormatError(source_name, index, field_name, f"expected a finite number, got {value!r}")
     final_reward = float(rewards[-1])
-    if not (math.isfinite(final_reward) and 0.0 <= final_reward <= 1.0):
+    if not 0.0 <= final_reward <= 1.0:
         raise DataFormatError(
-            source_name, index, f"turn_history.rewards[{len(rewards) - 1}]", "outside [0, 1]"
+            source_name,
+            index,
+            f"turn_history.rewards[{len(rewards) - 1}]",
+            f"{final_reward!r} is outside [0, 1]",
         )
     database = f"Database: {db}\n" if db else ""
     conversation = [

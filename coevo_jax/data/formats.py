@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable, Mapping
 
@@ -41,6 +40,7 @@ from coevo_jax.data.records import (
     parse_messages,
     parse_record,
     parse_reward,
+    parse_weight,
     trajectory_to_record,
     write_json_records,
 )
@@ -199,14 +199,6 @@ def _pair_field(record: Mapping, key: str, kind: type | tuple, source: str, inde
     return value
 
 
-def _pair_weight(record: Mapping, key: str, source: str, index: int) -> float:
-    """A loss weight (lambda_dpo, lambda_sft): a finite number >= 0 (JSON's NaN and Infinity refused)."""
-    value = float(_pair_field(record, key, (int, float), source, index))
-    if not (math.isfinite(value) and value >= 0.0):
-        raise DataFormatError(source, index, key, f"expected a finite number >= 0, got {value!r}")
-    return value
-
-
 def parse_pair_record(record: object, *, source: str = "<memory>", index: int = 0) -> PreferencePair:
     """Inverse of `pair_to_record`, validated (errors name file, record and field, e.g. `chosen.reward`).
 
@@ -225,8 +217,8 @@ def parse_pair_record(record: object, *, source: str = "<memory>", index: int = 
         chosen=sides["chosen"],
         rejected=sides["rejected"],
         kind=_pair_field(record, "kind", str, source, index),
-        lambda_dpo=_pair_weight(record, "lambda_dpo", source, index),
-        lambda_sft=_pair_weight(record, "lambda_sft", source, index),
+        lambda_dpo=parse_weight(record.get("lambda_dpo"), source, index, "lambda_dpo"),
+        lambda_sft=parse_weight(record.get("lambda_sft"), source, index, "lambda_sft"),
         hard_negative=_pair_field(record, "hard_negative", bool, source, index),
     )
     if not pair.chosen.reward > pair.rejected.reward:  # every pair builder's invariant (pairs.py)

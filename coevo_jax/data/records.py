@@ -216,6 +216,15 @@ def parse_reward(value: object, source: str, index: int, field_name: str = "rewa
     return float(value)
 
 
+def parse_weight(value: object, source: str, index: int, field_name: str) -> float:
+    """A loss weight (eq. 9's lambda_dpo, lambda_sft): a finite number >= 0 (NaN and infinities refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DataFormatError(source, index, field_name, f"unexpected value {value!r}")
+    if not (math.isfinite(value) and value >= 0.0):
+        raise DataFormatError(source, index, field_name, f"expected a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def parse_metadata(
     record: Mapping, source: str, index: int, *, env: str, agent: str, iteration: int | None
 ) -> dict[str, object]:

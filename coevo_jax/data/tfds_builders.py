@@ -9,7 +9,8 @@ why they are here in `coevo_jax.data` rather than in a script.
 The builders take their records in the constructor (they are produced by our own rollouts, there is nothing
 to download), write one split per entry of `splits`, and keep insertion order (shuffling disabled), so
 record i of a split is the i-th trajectory / pair given. Text comes back as bytes; `decode_trajectory` and
-`decode_pair` turn rows into `Trajectory` / `PreferencePair` again.
+`decode_pair` turn rows into `Trajectory` / `PreferencePair` again, refusing a reward or a loss weight that
+is not a finite number (a `DataFormatError` naming the dataset directory and split, the record and field).
 
     write_trajectories_dataset({"train": trajs}, data_dir)      # -> <data_dir>/coevo_trajectories/1.1.0
     source = tfds.data_source("coevo_trajectories", data_dir=data_dir, split="train")
@@ -26,7 +27,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from coevo_jax.data.pairs import PreferencePair
-from coevo_jax.data.records import Message, Trajectory
+from coevo_jax.data.records import DataFormatError, Message, Trajectory, parse_reward, parse_weight
 
 ARRAY_RECORD = "array_record"
 
@@ -71,8 +72,17 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def decode_trajectory(row: Mapping[str, object]) -> Trajectory:
-    """A data-source row back to a `Trajectory`."""
+def _reward(text: str, source: str, index: int) -> float:
+    """The float64 reward from its repr; 'nan' and 'inf' parse here and are refused by `parse_reward`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataFormatError(source, index, "reward", f"not a number: {text!r}") from None
+    return parse_reward(value, source, index)
+
+
+def decode_trajectory(row: Mapping[str, object], *, source: str = "<row>", index: int = 0) -> Trajectory:
+    """A data-source row back to a `Trajectory` (`source`, `index`: where it was read, for errors)."""
     messages = tuple(
         Message(_text(role), _text(content))
         for role, content in zip(row["roles"], row["contents"], strict=True)
@@ -82,7 +92,7 @@ def decode_trajectory(row: Mapping[str, object]) -> Trajectory:
         traj_id=_text(row["traj_id"]),
         task_id=_text(row["task_id"]),
         messages=messages,
-        reward=float(_text(row["reward_repr"])),
+        reward=_reward(_text(row["reward_repr"]), source, index),
         agent=_text(row["agent"]),
         prompt_len=int(row["prompt_len"]),
         env=_text(row["env"]),
@@ -122,15 +132,29 @@ def encode_pair(pair: PreferencePair) -> dict[str, object]:
     }
 
 
-def decode_pair(row: Mapping[str, object]) -> PreferencePair:
-    lambda_dpo, lambda_sft = json.loads(_text(row["lambdas_repr"]))
+def decode_pair(row: Mapping[str, object], *, source: str = "<row>", index: int = 0) -> PreferencePair:
+    """A data-source row back to a `PreferencePair` (`source`, `index`: where it was read, for errors)."""
+    try:  # JSON's NaN and Infinity parse here; parse_weight refuses them
+        lambdas = json.loads(_text(row["lambdas_repr"]))
+    except json.JSONDecodeError:
+        lambdas = None
+    if not (isinstance(lambdas, list) and len(lambdas) == 2):
+        raise DataFormatError(
+            source, index, "lambdas_repr", f"expected [lambda_dpo, lambda_sft], got {lambdas!r}"
+        )
+    sides = {}
+    for side in ("chosen", "rejected"):
+        try:
+            sides[side] = decode_trajectory(row[side], source=source, index=index)
+        except DataFormatError as err:
+            raise DataFormatError(source, index, f"{side}.{err.field_name}", err.problem) from err
     return PreferencePair(
         task_id=_text(row["task_id"]),
-        chosen=decode_trajectory(row["chosen"]),
-        rejected=decode_trajectory(row["rejected"]),
+        chosen=sides["chosen"],
+        rejected=sides["rejected"],
         kind=_text(row["kind"]),
-        lambda_dpo=lambda_dpo,
-        lambda_sft=lambda_sft,
+        lambda_dpo=parse_weight(lambdas[0], source, index, "lambda_dpo"),
+        lambda_sft=parse_weight(lambdas[1], source, index, "lambda_sft"),
         hard_negative=bool(row["hard_negative"]),
     )
 
@@ -211,9 +235,12 @@ def write_pairs_dataset(
 def read_trajectories_dataset(version_dir: str | os.PathLike[str], split: str = "train") -> list[Trajectory]:
     """Read a built trajectory split back (no builder class or TensorFlow needed)."""
     source = tfds.builder_from_directory(os.fspath(version_dir)).as_data_source(split=split)
-    return [decode_trajectory(source[i]) for i in range(len(source))]
+    name = f"{os.fspath(version_dir)} [{split}]"
+    return [decode_trajectory(source[i], source=name, index=i) for i in range(len(source))]
 
 
 def read_pairs_dataset(version_dir: str | os.PathLike[str], split: str = "train") -> list[PreferencePair]:
+    """Read a built pair split back (no builder class or TensorFlow needed)."""
     source = tfds.builder_from_directory(os.fspath(version_dir)).as_data_source(split=split)
-    return [decode_pair(source[i]) for i in range(len(source))]
+    name = f"{os.fspath(version_dir)} [{split}]"
+    return [decode_pair(source[i], source=name, index=i) for i in range(len(source))]

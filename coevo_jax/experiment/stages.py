@@ -115,7 +115,8 @@ class Stages:
             return rollouts.summarize(trajectories)
 
         summary = self.store.stage(name, run)
-        return read_trajectories(path), summary
+        # by id, not in file order: that is the order episodes finished in, which a resumed rollout changes
+        return sorted(read_trajectories(path), key=lambda t: t.traj_id), summary
 
     def evaluate(self, policy: str) -> dict[str, dict]:
         """Greedy episodes of `policy` on every evaluation split: {split: summary}."""

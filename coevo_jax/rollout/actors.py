@@ -8,12 +8,16 @@ returns at once, so the loop can step environments while the device decodes.
   groups (one KV cache each); a request for a slot continues that row's cache with only the new tokens.
   A reply ends at the end-of-turn token, a stop string (cut off, with the cache rolled back to the kept
   tokens), `max_new_tokens`, or a full cache. A slot whose context no longer fits gets `None` back.
+  Each reply is sampled with a key of its own: the actor's seed folded with the episode (task id, sample)
+  and the turn, so an episode's replies do not depend on which slot, batch or process plays it (a rollout
+  resumed after a crash samples its remaining episodes as the uninterrupted one did).
 * `ScriptedActor`: a Python function of the request (tests, expert replay, baselines).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 
 import jax
@@ -31,6 +35,7 @@ class TurnRequest:
     messages: Sequence[Message]
     new_episode: bool
     task_id: str = ""
+    sample: int = 0  # which of the task's episodes (0 .. samples_per_task - 1)
 
 
 class PendingReplies:
@@ -68,6 +73,16 @@ class _SlotContext:
     reply_spans: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # [start, end) in tokens
 
 
+@jax.jit
+def _turn_keys(key: jax.Array, turns_Bx3: jax.Array) -> jax.Array:
+    """[B] keys: `key` folded with each row's (task id hash, sample, turn)."""
+
+    def one(row):
+        return jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, row[0]), row[1]), row[2])
+
+    return jax.vmap(one)(turns_Bx3)
+
+
 class ModelActor:
     """Batched multi-turn sampling with a persistent KV cache per group of slots."""
 
@@ -88,7 +103,6 @@ class ModelActor:
         self.stop_strings = tuple(stop_strings)
         self.seed, self.model_name = seed, model_name
         self._key = jax.random.key(seed)
-        self._calls = 0
         self._caches = [sampler.init_cache() for _ in range(num_groups)]
         self._slots: dict[int, _SlotContext] = {}
         self.generated_tokens = 0
@@ -138,6 +152,7 @@ class ModelActor:
         group = groups.pop()
         chunks: list[list[int] | None] = [None] * self.rows
         starts = np.zeros(self.rows, np.int32)
+        turns = np.zeros((self.rows, 3), np.uint32)  # per row: task id hash, sample, turn
         out_of_room = []
         for slot, request in requests.items():
             chunk = self._prepare(slot, request)
@@ -146,14 +161,14 @@ class ModelActor:
                 continue
             row = slot % self.rows
             chunks[row], starts[row] = chunk, self._slots[slot].cached
+            turns[row] = (zlib.crc32(request.task_id.encode()), request.sample, len(request.messages))
         active = [chunk is not None for chunk in chunks]
         if not any(active):
             return PendingReplies(lambda: dict.fromkeys(out_of_room))
-        key = jax.random.fold_in(self._key, self._calls)
-        self._calls += 1
         cache = self._caches[group]
         logits, cache = self.sampler.prefill(self.params, cache, chunks, starts)
-        result, self._caches[group] = self.sampler.decode(self.params, cache, logits, active, key)
+        keys = _turn_keys(self._key, turns)
+        result, self._caches[group] = self.sampler.decode(self.params, cache, logits, active, keys)
         slots = [slot for slot in requests if slot not in out_of_room]
 
         def finish() -> dict[int, str | None]:

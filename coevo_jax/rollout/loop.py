@@ -106,7 +106,7 @@ class _Slots:
         budget = self.cfg.max_steps or env.max_steps(task_id)
         episode = _Episode(task_id, sample, budget, prompt_messages(env, env.reset(task_id)))
         self.episodes[slot] = episode
-        return TurnRequest(tuple(episode.messages), new_episode=True, task_id=task_id)
+        return TurnRequest(tuple(episode.messages), new_episode=True, task_id=task_id, sample=sample)
 
     def _step(self, slot: int, episode: _Episode, reply: str | None) -> None:
         if reply is None:
@@ -146,7 +146,9 @@ class _Slots:
         if self.episodes[slot] is None:
             return finished, self._start(slot)
         episode = self.episodes[slot]
-        return finished, TurnRequest(tuple(episode.messages), new_episode=False, task_id=episode.task_id)
+        return finished, TurnRequest(
+            tuple(episode.messages), new_episode=False, task_id=episode.task_id, sample=episode.sample
+        )
 
     def _trajectory(self, slot: int, episode: _Episode) -> Trajectory:
         env = self.envs[slot]
@@ -177,8 +179,9 @@ def run_rollouts(
 ) -> tuple[list[Trajectory], RolloutStats]:
     """Plays `cfg.samples_per_task` episodes of every task with `actor`, streaming them to `output_path`.
 
-    Returns all trajectories of this (tasks, agent, iteration) in the file, earlier runs' included, and the
-    stats of this call. `env_factory` makes one environment per actor slot.
+    Returns all trajectories of this (tasks, agent, iteration) in the file, earlier runs' included, in task
+    and sample order (not the order they finished in, which a resumed run changes), and the stats of this
+    call. `env_factory` makes one environment per actor slot.
     """
     stats, start_time = RolloutStats(), time.perf_counter()
     with TrajectoryStream(output_path) as stream:
@@ -205,8 +208,9 @@ def run_rollouts(
             progress.close()
             for env in envs:
                 env.close()
-        wanted_ids = {trajectory_id(env_name, t, cfg, s) for t, s in wanted}
-        trajectories = [t for t in stream.trajectories if t.traj_id in wanted_ids]
+        by_id = {t.traj_id: t for t in stream.trajectories}
+        wanted_ids = [trajectory_id(env_name, t, cfg, s) for t, s in wanted]
+        trajectories = [by_id[i] for i in wanted_ids if i in by_id]
     stats.wall_seconds = time.perf_counter() - start_time
     return trajectories, stats
 
