@@ -17,6 +17,7 @@ RTOL = 1e-5
 def fresh_rng():
     """A new random generator per test; the seed goes into failure messages so a failure can be replayed."""
     seed = int.from_bytes(os.urandom(4), "little")
+    print(f"seed={seed}")
     return np.random.default_rng(seed), seed
 
 
