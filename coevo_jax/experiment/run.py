@@ -26,7 +26,6 @@ from coevo_jax.experiment.tensorboard import ScalarWriter
 
 log = logging.getLogger(__name__)
 
-RESULTS_FILE = "results.json"
 SCALAR_KEYS = ("avg_reward", "success_rate", "failures", "failure_avg_reward")
 
 
@@ -94,7 +93,7 @@ def run(cfg: ExperimentConfig, workdir: str) -> dict:
             **{f"{s}_tasks": len(t) for s, t in eval_tasks.items()},
         },
     }
-    results_path = os.path.join(store.workdir, RESULTS_FILE)
+    results_path = os.path.join(store.workdir, report.RESULTS_FILE)
     with ScalarWriter(os.path.join(store.workdir, "tensorboard")) as writer:
         stages = Stages(
             setup,
