@@ -25,7 +25,11 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
         timeout=1800,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "point" not in line]
+    rows = [
+        line
+        for line in result.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| point |")
+    ]
     assert [row.split(" | ")[0].lstrip("| ") for row in rows] == ["sft", "save", "eval", "explore", "dpo"]
     assert all(row.endswith("| yes | yes |") for row in rows), result.stdout
     assert "policies identical: 5/5" in result.stdout
