@@ -320,6 +320,8 @@ def test_details_cells_are_mean_and_sample_std_over_runs():
     seed = int(np.random.default_rng().integers(1 << 30))
     print("seed", seed)
     runs = [make_results(seed=seed + i) for i in range(3)]
+    no_failures = runs[0]["methods"]["CoEvolving"]["iterations"][2]["explore"]["failure"]
+    no_failures.update(failures=0, failure_avg_reward=None)  # the other two runs' rewards make the cell
     header, _ = parse_table(details_markdown(runs))
     lines = [line for line in details_markdown(runs).splitlines() if line.startswith("| CoEvolving | 2 |")]
     rows = {cells[2]: cells for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines)}
@@ -327,14 +329,18 @@ def test_details_cells_are_mean_and_sample_std_over_runs():
     records = [run["methods"]["CoEvolving"]["iterations"][2] for run in runs]
 
     def stat(values, digits=1):
+        values = [v for v in values if v is not None]  # a run with no failures has no failure reward
+        if not values:
+            return "—"
+        if len(values) == 1:
+            return f"{values[0]:.{digits}f}"
         return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
 
     target, failure = rows["target"], rows["failure agent"]
     column = {name: header.index(name) for name in header}
     assert target[column["Failures*"]] == stat([r["explore"]["target"]["failures"] for r in records])
-    assert failure[column["Failure reward*"]] == stat(
-        [100 * r["explore"]["failure"]["failure_avg_reward"] for r in records]
-    )
+    rewards = [r["explore"]["failure"]["failure_avg_reward"] for r in records]
+    assert failure[column["Failure reward*"]] == stat([None if v is None else 100 * v for v in rewards])
     assert target[column["Hard neg."]] == stat([r["pairs"]["target"]["hard_negatives"] for r in records])
     by_kind = np.mean([r["pairs"]["failure"]["by_kind"]["expert_vs_target"] for r in records])
     assert failure[column["Pairs by kind"]] == f"expert_vs_target {by_kind:.0f}"
