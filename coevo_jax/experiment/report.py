@@ -181,12 +181,13 @@ def aggregate_runs(runs: Sequence[Mapping], names: Sequence[str] | None = None) 
     return {"env": runs[0].get("env"), "seeds": seeds, "splits": splits, "methods": methods}
 
 
-def _format_stat(stat: dict | None) -> str:
+def _format_stat(stat: dict | None, digits: int = 1) -> str:
+    """ "mean ± std" (just the mean for one value), MISSING for none."""
     if stat is None:
         return MISSING
     if stat["std"] is None:
-        return f"{stat['mean']:.1f}"
-    return f"{stat['mean']:.1f} ± {stat['std']:.1f}"
+        return f"{stat['mean']:.{digits}f}"
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
 
 
 def table_markdown_mean_std(runs: Sequence[Mapping], names: Sequence[str] | None = None) -> str:
@@ -203,14 +204,6 @@ def table_markdown_mean_std(runs: Sequence[Mapping], names: Sequence[str] | None
     note = f"Seeds: {seeds} ({count} run{'s' * (count != 1)}; std is the sample std, ddof=1)."
     table = _markdown(["Method", *(header for header, _ in columns)], rows)
     return f"{title}\n\n{note} {LEGEND}\n\n{table}\n"
-
-
-def _cell(values: Sequence[float], digits: int = 1) -> str:
-    """ "mean ± std" over the runs that have the value (just the mean for one run), MISSING for none."""
-    if not values:
-        return MISSING
-    mean, std = _mean_std(values)
-    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 DETAIL_HEADERS = (
@@ -284,14 +277,14 @@ def details_markdown(results: Mapping | Sequence[Mapping]) -> str:
                         _escape(name),
                         str(k),
                         _agent_label(name, agent).removeprefix(f"{name} "),
-                        _cell(present(explored, "failures")),
-                        _cell(present(explored, "failure_avg_reward", 100.0)),
-                        _cell(present(pairs, "pairs")),
-                        _cell(present(pairs, "hard_negatives")),
+                        _format_stat(_stat(present(explored, "failures"))),
+                        _format_stat(_stat(present(explored, "failure_avg_reward", 100.0))),
+                        _format_stat(_stat(present(pairs, "pairs"))),
+                        _format_stat(_stat(present(pairs, "hard_negatives"))),
                         by_kind or MISSING,
-                        _cell(present(train, "final_reward_accuracy"), 2),
-                        _cell(present(train, "final_reward_margin"), 2),
-                        _cell(cutoffs) if agent == "target" else MISSING,
+                        _format_stat(_stat(present(train, "final_reward_accuracy")), 2),
+                        _format_stat(_stat(present(train, "final_reward_margin")), 2),
+                        _format_stat(_stat(cutoffs)) if agent == "target" else MISSING,
                     ]
                 )
     title = (
@@ -331,9 +324,9 @@ def _as_runs(results: Mapping | Sequence[Mapping]) -> list[Mapping]:
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample std (0 for a single value) of the values present in every run that has them."""
-    array = np.asarray(values, dtype=np.float64)
-    return float(np.mean(array)), float(np.std(array, ddof=1)) if array.size > 1 else 0.0
+    """Mean and sample std (0 for a single value): error bars from `_stat`."""
+    stat = _stat(values)
+    return stat["mean"], stat["std"] or 0.0
 
 
 def reward_curves_figure(results: Mapping | Sequence[Mapping]) -> Figure:
