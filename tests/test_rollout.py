@@ -13,19 +13,13 @@ from train_fixtures import TINY
 
 from coevo_jax.data.chat_format import chat_format_for
 from coevo_jax.data.records import ASSISTANT, USER, Message
+from coevo_jax.data.stream import TrajectoryStream
 from coevo_jax.envs import make
 from coevo_jax.envs.base import Environment
 from coevo_jax.models import Decoder
 from coevo_jax.models.tokenizer_training import train_tokenizer_for_trajectories
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_reply, parse_action
-from coevo_jax.rollout import (
-    ModelActor,
-    RolloutConfig,
-    ScriptedActor,
-    TrajectoryStream,
-    TurnCodec,
-    run_rollouts,
-)
+from coevo_jax.rollout import ModelActor, RolloutConfig, ScriptedActor, TurnCodec, run_rollouts
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
 
 QUIET = dict(show_progress=False)

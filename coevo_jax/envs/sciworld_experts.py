@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from coevo_jax.data.stream import TrajectoryStream
 from coevo_jax.envs.sciworld import SPLITS, SciWorldEnv
 from coevo_jax.envs.sciworld_gold import ExpertResult, expert_result
-from coevo_jax.rollout.stream import TrajectoryStream
 
 log = logging.getLogger(__name__)
 
