@@ -15,9 +15,17 @@ import pytest
 import scipy.stats
 from rollout_fixtures import smollm2_actor
 
-from coevo_jax.envs import intercode_sql_mysql, make
+from coevo_jax.envs import make
 from coevo_jax.envs.base import ExpertStep
-from coevo_jax.envs.intercode_sql import (
+from coevo_jax.envs.intercode_sql import mysql
+from coevo_jax.envs.intercode_sql.db import (
+    DUMP_PATH,
+    DumpFormatError,
+    build_databases,
+    parse_dump,
+    parse_values,
+)
+from coevo_jax.envs.intercode_sql.env import (
     MAX_STEPS,
     UNSEEN_DATABASES,
     InterCodeSqlEnv,
@@ -26,14 +34,7 @@ from coevo_jax.envs.intercode_sql import (
     normalize_action,
     render_output,
 )
-from coevo_jax.envs.intercode_sql_db import (
-    DUMP_PATH,
-    DumpFormatError,
-    build_databases,
-    parse_dump,
-    parse_values,
-)
-from coevo_jax.envs.intercode_sql_experts import (
+from coevo_jax.envs.intercode_sql.experts import (
     HARNESS_REJECTION,
     GptEpisode,
     expert_steps,
@@ -41,9 +42,9 @@ from coevo_jax.envs.intercode_sql_experts import (
     load_episodes,
     reward_agreement,
 )
-from coevo_jax.envs.intercode_sql_mysql import install as install_mysql_compat
-from coevo_jax.envs.intercode_sql_reward import intercode_reward, kendall_tau_b
-from coevo_jax.envs.intercode_sql_sandbox import QueryTimeout, SqlError, SqlSandbox, TruncatedRows, _Watchdog
+from coevo_jax.envs.intercode_sql.mysql import install as install_mysql_compat
+from coevo_jax.envs.intercode_sql.reward import intercode_reward, kendall_tau_b
+from coevo_jax.envs.intercode_sql.sandbox import QueryTimeout, SqlError, SqlSandbox, TruncatedRows, _Watchdog
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, parse_action
 from coevo_jax.rollout import RolloutConfig, ScriptedActor, run_rollouts
 
@@ -288,12 +289,12 @@ def test_mysql_collation_and_functions(sandbox):
 
 
 def test_the_collation_cache_keeps_only_short_strings():
-    intercode_sql_mysql._fold_cached.cache_clear()
+    mysql._fold_cached.cache_clear()
     long_strings = [("x" * 1_000_000) + str(i) for i in range(3)]
-    assert intercode_sql_mysql.mysql_ci_compare(long_strings[0], long_strings[1].upper()) == -1
-    assert intercode_sql_mysql.mysql_ci_compare("Ábc  ", "abc") == 0
-    info = intercode_sql_mysql._fold_cached.cache_info()
-    assert info.currsize == 2 and info.maxsize == intercode_sql_mysql.FOLD_CACHE_ENTRIES
+    assert mysql.mysql_ci_compare(long_strings[0], long_strings[1].upper()) == -1
+    assert mysql.mysql_ci_compare("Ábc  ", "abc") == 0
+    info = mysql._fold_cached.cache_info()
+    assert info.currsize == 2 and info.maxsize == mysql.FOLD_CACHE_ENTRIES
 
 
 def test_the_watchdog_interrupts_at_its_deadline_and_never_after_stop():

@@ -16,9 +16,9 @@ import pytest
 from rollout_fixtures import smollm2_actor
 
 from coevo_jax.envs.sciworld import SciWorldEnv
-from coevo_jax.envs.sciworld_data import DATA_DIR, load_data, split_task_id
-from coevo_jax.envs.sciworld_gold import expert_result, shortcut_navigation, thought_for
-from coevo_jax.envs.sciworld_supervisor import ReplayDiverged, SimulatorFailed, SupervisedSimulator
+from coevo_jax.envs.sciworld.data import DATA_DIR, load_data, split_task_id
+from coevo_jax.envs.sciworld.gold import expert_result, shortcut_navigation, thought_for
+from coevo_jax.envs.sciworld.supervisor import ReplayDiverged, SimulatorFailed, SupervisedSimulator
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_reply
 from coevo_jax.rollout import PendingReplies, RolloutConfig, ScriptedActor, run_rollouts
 

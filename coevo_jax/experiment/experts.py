@@ -20,7 +20,7 @@ def generate_experts(env: Environment, spec: EnvConfig) -> list[Trajectory]:
     if spec.experts_path:
         experts = read_trajectories(spec.experts_path)
     elif env.name == "intercode_sql":
-        from coevo_jax.envs.intercode_sql_experts import expert_trajectories
+        from coevo_jax.envs.intercode_sql.experts import expert_trajectories
 
         experts, _ = expert_trajectories(env, spec.train_split)
     elif env.name == "sciworld":

@@ -24,7 +24,7 @@ from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import ExpertStep, record_expert_trajectory
 
 if TYPE_CHECKING:  # sciworld imports this module
-    from coevo_jax.envs.sciworld import SciWorldEnv
+    from coevo_jax.envs.sciworld.env import SciWorldEnv
 
 # (pattern, template): the first pattern that matches the whole action gives its thought.
 THOUGHT_TEMPLATES: tuple[tuple[re.Pattern, str], ...] = tuple(

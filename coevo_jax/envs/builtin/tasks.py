@@ -1,6 +1,6 @@
 """Task families of the built-in environment: procedural generation, graded subgoals, and the expert.
 
-A task chains skills, each a few actions in the world of `builtin_world`; each skill adds subgoals:
+A task chains skills, each a few actions in the world of `world`; each skill adds subgoals:
     heat X      put X in the stove, switch it on           X in the stove, X hot
     cool X      the same with the freezer                   X in the freezer, X cold
     move X C    carry X to container C (in a named room)    X in C
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from coevo_jax.envs.base import ExpertStep
-from coevo_jax.envs.builtin_world import (
+from coevo_jax.envs.builtin.world import (
     BOWL,
     CONTAINER,
     DEVICE,

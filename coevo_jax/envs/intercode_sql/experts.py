@@ -24,7 +24,7 @@ from pathlib import Path
 from coevo_jax.data.converters import intercode_episode_to_trajectory
 from coevo_jax.data.records import DataFormatError, Trajectory
 from coevo_jax.envs.base import ExpertStep, record_expert_trajectory
-from coevo_jax.envs.intercode_sql import DATA_DIR, InterCodeSqlEnv
+from coevo_jax.envs.intercode_sql.env import DATA_DIR, InterCodeSqlEnv
 
 EPISODES_PATH = DATA_DIR / "ic_sql_multiturn_gpt-4_10_turns.json"
 HARNESS_REJECTION = "Format your SQL command as follows"
