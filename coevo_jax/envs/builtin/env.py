@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id, record_expert_trajectory
-from coevo_jax.envs.builtin.tasks import Task, build_splits, expert_steps, holds
+from coevo_jax.envs.builtin.experts import expert_steps
+from coevo_jax.envs.builtin.tasks import Task, build_splits, holds
 from coevo_jax.envs.builtin.world import World
 
 SPLITS = ("train", "dev", "dev_unseen", "test_seen", "test_unseen")
