@@ -17,7 +17,7 @@ from rollout_fixtures import smollm2_actor
 
 from coevo_jax.envs.sciworld import SciWorldEnv
 from coevo_jax.envs.sciworld.data import DATA_DIR, load_data, split_task_id
-from coevo_jax.envs.sciworld.gold import expert_result, shortcut_navigation, thought_for
+from coevo_jax.envs.sciworld.gold import shortcut_navigation, thought_for
 from coevo_jax.envs.sciworld.supervisor import ReplayDiverged, SimulatorFailed, SupervisedSimulator
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_reply
 from coevo_jax.rollout import PendingReplies, RolloutConfig, ScriptedActor, run_rollouts
@@ -181,7 +181,7 @@ def gold(envs):
     tasks = _task_types(envs[0])
 
     def make(env, part):
-        return [expert_result(env, task_id) for task_id in part]
+        return [env.expert_result(task_id) for task_id in part]
 
     with ThreadPoolExecutor(2) as pool:
         halves = list(pool.map(make, envs, (tasks[0::2], tasks[1::2])))

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coevo_jax.data.records import Message, Trajectory
-from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id
+from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id, record_expert_trajectory
 from coevo_jax.envs.sciworld.data import DATA_DIR, SPLIT_FILES, load_data, split_task_id
-from coevo_jax.envs.sciworld.gold import expert_result, gold_expert_steps
+from coevo_jax.envs.sciworld.gold import ExpertResult, gold_expert_steps
 from coevo_jax.envs.sciworld.jvm import JVMOptions
 from coevo_jax.envs.sciworld.supervisor import SupervisedSimulator
 
@@ -165,8 +165,31 @@ class SciWorldEnv(Environment):
         Replays the path once to find that step, so it ends the current episode.
         """
         if task_id not in self._expert_cache:
-            self._expert_cache[task_id] = gold_expert_steps(self, task_id)
+            actions = self.gold_actions(task_id)
+            self._expert_cache[task_id] = gold_expert_steps(self, task_id, actions, self.simplification)
         return list(self._expert_cache[task_id])
+
+    def expert_result(self, task_id: str) -> ExpertResult:
+        """Builds and replays the gold-path demonstration of `task_id` (ends the current episode)."""
+        start = time.perf_counter()
+        try:
+            steps = self.expert_steps(task_id)
+        except (RuntimeError, ValueError) as error:  # SimulatorFailed, no usable gold path
+            return ExpertResult(
+                task_id, None, f"{type(error).__name__}: {error}", 0, time.perf_counter() - start, 0.0
+            )
+        built = time.perf_counter()
+        try:
+            trajectory = record_expert_trajectory(self, task_id, steps)
+        except (RuntimeError, ValueError) as error:
+            reason = f"{type(error).__name__}: {error}"
+            return ExpertResult(task_id, None, reason, len(steps), built - start, time.perf_counter() - built)
+        reason = (
+            None if trajectory.reward >= 1.0 else f"replay reaches reward {trajectory.reward:.3f}, not 1.0"
+        )
+        return ExpertResult(
+            task_id, trajectory, reason, len(steps), built - start, time.perf_counter() - built
+        )
 
     def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
         """Gold-path trajectories of the first `limit` tasks of `split` that reach reward 1.0.
@@ -176,7 +199,7 @@ class SciWorldEnv(Environment):
         """
         kept = []
         for task_id in self.tasks(split)[:limit]:
-            result = expert_result(self, task_id)
+            result = self.expert_result(task_id)
             if result.ok:
                 kept.append(result.trajectory)
             else:

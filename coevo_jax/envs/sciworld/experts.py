@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from coevo_jax.data.stream import TrajectoryStream
 from coevo_jax.envs.sciworld.env import SPLITS, SciWorldEnv
-from coevo_jax.envs.sciworld.gold import ExpertResult, expert_result
+from coevo_jax.envs.sciworld.gold import ExpertResult
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def generate_experts(
             local.env = SciWorldEnv(**env_kwargs)
             with lock:
                 envs.append(local.env)
-        return expert_result(local.env, task_id)
+        return local.env.expert_result(task_id)
 
     with TrajectoryStream(out) as stream, open(failures_path, "a", encoding="utf-8") as failures_file:
         done = {t.task_id for t in stream.trajectories} | set(failed_before)
