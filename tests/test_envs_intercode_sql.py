@@ -18,6 +18,7 @@ from rollout_fixtures import smollm2_actor
 from coevo_jax.envs import make
 from coevo_jax.envs.base import ExpertStep
 from coevo_jax.envs.intercode_sql import mysql
+from coevo_jax.envs.intercode_sql.agreement import reward_agreement
 from coevo_jax.envs.intercode_sql.db import (
     DUMP_PATH,
     DumpFormatError,
@@ -38,9 +39,8 @@ from coevo_jax.envs.intercode_sql.experts import (
     HARNESS_REJECTION,
     GptEpisode,
     expert_steps,
-    expert_trajectories,
     load_episodes,
-    reward_agreement,
+    replay_experts,
 )
 from coevo_jax.envs.intercode_sql.mysql import install as install_mysql_compat
 from coevo_jax.envs.intercode_sql.reward import intercode_reward, kendall_tau_b
@@ -484,7 +484,7 @@ def test_reward_agreement_with_intercodes_recorded_gpt4_rewards(env, episodes):
 
 
 def test_experts_are_gpt4_wins_replayed_to_reward_one(env, episodes):
-    trajectories, dropped = expert_trajectories(env, "train", episodes)
+    trajectories, dropped = replay_experts(env, "train", episodes)
     assert len(trajectories) == 464
     reasons = collections.Counter(reason.split(" scored")[0] for reason in dropped.values())
     assert reasons == {"GPT-4 never reached reward 1": 180, "replay": 17}
@@ -515,7 +515,7 @@ def test_experts_are_gpt4_wins_replayed_to_reward_one(env, episodes):
 
 # -- through the rollout loop --------------------------------------------------------------------------------
 def test_scripted_experts_through_the_rollout_loop_reach_reward_one(env, episodes, tmp_path, cache):
-    experts = {t.task_id: t for t in expert_trajectories(env, "test_seen", episodes)[0][:6]}
+    experts = {t.task_id: t for t in replay_experts(env, "test_seen", episodes)[0][:6]}
 
     def reply(request):
         return experts[request.task_id].actions[(len(request.messages) - 3) // 2]

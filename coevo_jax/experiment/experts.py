@@ -20,9 +20,9 @@ def generate_experts(env: Environment, spec: EnvConfig) -> list[Trajectory]:
     if spec.experts_path:
         experts = read_trajectories(spec.experts_path)
     elif env.name == "intercode_sql":
-        from coevo_jax.envs.intercode_sql.experts import expert_trajectories
+        from coevo_jax.envs.intercode_sql.experts import replay_experts
 
-        experts, _ = expert_trajectories(env, spec.train_split)
+        experts, _ = replay_experts(env, spec.train_split)
     elif env.name == "sciworld":
         experts = env.expert_trajectories(spec.train_split, limit=spec.expert_tasks)
     elif hasattr(env, "expert_trajectories"):

@@ -5,7 +5,8 @@
 * `mysql`: MySQL's collation and functions installed into SQLite connections.
 * `sandbox`: read-only, time- and size-limited execution of the agent's SQL.
 * `reward`: InterCode's reward (row IoU times Kendall tau of their order).
-* `experts`: InterCode's GPT-4 episodes as expert demonstrations, and the reward-agreement check (a CLI).
+* `experts`: InterCode's recorded GPT-4 episodes as expert demonstrations.
+* `agreement`: CLI replaying those episodes to check that our reward agrees with InterCode's.
 """
 
 from coevo_jax.envs.intercode_sql.env import InterCodeSqlEnv

@@ -1,34 +1,28 @@
-"""InterCode's GPT-4 episodes: per-turn rewards for checking our reward, and expert trajectories.
+"""InterCode's GPT-4 episodes as expert demonstrations.
 
 `ic_sql_multiturn_gpt-4_10_turns.json` holds, for each of the 1,034 tasks, GPT-4's SQL actions, the MySQL
-observations and InterCode's reward after every turn (what `submit` would have scored then). Two uses:
-
-- `reward_agreement` replays every action through our SQLite environment and compares our per-turn score
-  with InterCode's recorded one (the check that our environment scores like the original);
-- `expert_steps` / `expert_trajectories` turn the episodes that reached reward 1 into ReAct expert
-  demonstrations: GPT-4's actions up to its first reward-1 turn, each with a short templated thought, then
-  `submit`. Turns that InterCode's harness rejected before they reached the database ("Format your SQL
-  command as follows ...") are left out. Each demonstration is replayed through our environment and kept
-  only if it scores 1.0 there.
+observations and InterCode's reward after every turn (what `submit` would have scored then). `expert_steps`
+and `replay_experts` turn the episodes that reached reward 1 into ReAct expert demonstrations: GPT-4's
+actions up to its first reward-1 turn, each with a short templated thought, then `submit`. Turns that
+InterCode's harness rejected before they reached the database ("Format your SQL command as follows ...")
+are left out. Each demonstration is replayed through the environment and kept only if it scores 1.0 there.
+The same episodes check our reward against InterCode's (`agreement`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
-import sys
 from pathlib import Path
 
 from coevo_jax.data.converters import intercode_episode_to_trajectory
 from coevo_jax.data.records import DataFormatError, Trajectory
-from coevo_jax.envs.base import ExpertStep, record_expert_trajectory
-from coevo_jax.envs.intercode_sql.env import DATA_DIR, InterCodeSqlEnv
+from coevo_jax.envs.base import Environment, ExpertStep, record_expert_trajectory
+from coevo_jax.envs.intercode_sql.db import DATA_DIR
 
 EPISODES_PATH = DATA_DIR / "ic_sql_multiturn_gpt-4_10_turns.json"
 HARNESS_REJECTION = "Format your SQL command as follows"
-REWARD_TOLERANCE = 0.011  # InterCode rounds tau-scaled rewards to 2 decimals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,64 +61,6 @@ def load_episodes(path: str | Path = EPISODES_PATH) -> list[GptEpisode]:
     return episodes
 
 
-@dataclasses.dataclass
-class Agreement:
-    """How often our per-turn score equals InterCode's recorded reward (within rounding)."""
-
-    turns: int = 0
-    turns_agreeing: int = 0
-    harness_turns_skipped: int = 0
-    episodes: int = 0
-    final_agreeing: int = 0
-    success_agreeing: int = 0  # both say reward 1, or both say below 1, after the last turn
-    disagreements: list[dict] = dataclasses.field(default_factory=list)
-
-    def summary(self) -> dict:
-        return {
-            "turns": self.turns,
-            "turn_agreement": self.turns_agreeing / max(self.turns, 1),
-            "episodes": self.episodes,
-            "final_reward_agreement": self.final_agreeing / max(self.episodes, 1),
-            "success_agreement": self.success_agreeing / max(self.episodes, 1),
-            "harness_turns_skipped": self.harness_turns_skipped,
-        }
-
-
-def reward_agreement(env: InterCodeSqlEnv, episodes: list[GptEpisode]) -> Agreement:
-    """Replays each episode's actions through `env`, comparing our score after every turn with InterCode's."""
-    report = Agreement()
-    for episode in episodes:
-        env.reset(episode.task_id)
-        ours, theirs = 0.0, 0.0
-        for turn, (action, observation, recorded) in enumerate(
-            zip(episode.actions, episode.observations, episode.rewards, strict=True)
-        ):
-            if observation.startswith(HARNESS_REJECTION):
-                report.harness_turns_skipped += 1
-                continue
-            text, ours, _, _ = env.step(action)
-            theirs = recorded
-            report.turns += 1
-            if abs(ours - recorded) <= REWARD_TOLERANCE:
-                report.turns_agreeing += 1
-            else:
-                report.disagreements.append(
-                    {
-                        "task": episode.task_id,
-                        "turn": turn,
-                        "action": action,
-                        "mysql_observation": observation[:300],
-                        "sqlite_observation": text[:300],
-                        "intercode_reward": recorded,
-                        "our_reward": ours,
-                    }
-                )
-        report.episodes += 1
-        report.final_agreeing += abs(ours - theirs) <= REWARD_TOLERANCE
-        report.success_agreeing += (ours == 1.0) == (theirs == 1.0)
-    return report
-
-
 def _thought(action: str, previous_observation: str | None, is_last_query: bool) -> str:
     statement = action.strip().rstrip(";")
     if re.match(r"^SHOW\s+TABLES", statement, re.I):
@@ -159,10 +95,13 @@ def expert_steps(episode: GptEpisode) -> list[ExpertStep] | None:
     return steps
 
 
-def expert_trajectories(
-    env: InterCodeSqlEnv, split: str = "train", episodes: list[GptEpisode] | None = None
+def replay_experts(
+    env: Environment, split: str = "train", episodes: list[GptEpisode] | None = None
 ) -> tuple[list[Trajectory], dict[str, str]]:
-    """Expert trajectories of `split` replayed through `env` (reward 1.0 only) and why others were dropped."""
+    """Expert trajectories of `split` replayed through `env` (reward 1.0 only) and why others were dropped.
+
+    In the order of `episodes`, by default InterCode's file (`load_episodes`), which lists tasks by index.
+    """
     wanted = set(env.tasks(split))
     kept, dropped = [], {}
     for episode in episodes if episodes is not None else load_episodes():
@@ -178,27 +117,3 @@ def expert_trajectories(
         else:
             dropped[episode.task_id] = f"replay scored {trajectory.reward} on SQLite"
     return kept, dropped
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="InterCode-SQL: reward agreement with InterCode's GPT-4 runs"
-    )
-    parser.add_argument("--episodes", default=str(EPISODES_PATH))
-    parser.add_argument("--json", help="write the summary and every disagreement here")
-    args = parser.parse_args(argv)
-    env = InterCodeSqlEnv()
-    episodes = load_episodes(args.episodes)
-    report = reward_agreement(env, episodes)
-    summary = report.summary()
-    experts = {split: expert_trajectories(env, split, episodes) for split in env.splits()}
-    summary["experts"] = {s: {"kept": len(k), "dropped": len(d)} for s, (k, d) in experts.items()}
-    print(json.dumps(summary, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps({**summary, "disagreements": report.disagreements}, indent=1))
-    env.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
