@@ -187,3 +187,4 @@ def test_expert_trajectories_carry_thoughts_and_round_trip(env, tmp_path):
     path = tmp_path / "expert.jsonl"
     write_trajectories(path, trajectories)
     assert read_trajectories(path) == trajectories
+    assert env.expert_trajectories("test_unseen", limit=3) == trajectories[:3]

@@ -515,7 +515,8 @@ def test_experts_are_gpt4_wins_replayed_to_reward_one(env, episodes):
 
 # -- through the rollout loop --------------------------------------------------------------------------------
 def test_scripted_experts_through_the_rollout_loop_reach_reward_one(env, episodes, tmp_path, cache):
-    experts = {t.task_id: t for t in replay_experts(env, "test_seen", episodes)[0][:6]}
+    experts = {t.task_id: t for t in env.expert_trajectories("test_seen", limit=6)}
+    assert list(experts.values()) == replay_experts(env, "test_seen", episodes)[0][:6]
 
     def reply(request):
         return experts[request.task_id].actions[(len(request.messages) - 3) // 2]

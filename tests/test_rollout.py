@@ -108,6 +108,7 @@ class _FlakyEnv(Environment):
     splits = lambda self: self.inner.splits()  # noqa: E731
     tasks = lambda self, split: self.inner.tasks(split)  # noqa: E731
     max_steps = lambda self, task_id: self.inner.max_steps(task_id)  # noqa: E731
+    expert_trajectories = lambda self, split, limit=None: self.inner.expert_trajectories(split, limit)  # noqa: E731
 
     def reset(self, task_id):
         self.task_id = task_id

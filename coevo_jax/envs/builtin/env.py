@@ -129,9 +129,9 @@ class BuiltinEnv(Environment):
             self._expert_cache[task_id] = expert_steps(self.task(task_id))
         return list(self._expert_cache[task_id])
 
-    def expert_trajectories(self, split: str) -> list[Trajectory]:
-        """The expert's trajectory on every task of `split`, replayed through this env (ends any episode)."""
+    def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
+        """The planner's trajectory on each of the first `limit` tasks of `split`, none left out."""
         return [
             record_expert_trajectory(self, task_id, self.expert_steps(task_id))
-            for task_id in self.tasks(split)
+            for task_id in self.tasks(split)[:limit]
         ]

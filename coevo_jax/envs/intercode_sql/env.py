@@ -27,9 +27,11 @@ import re
 from functools import cached_property
 from pathlib import Path
 
+from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment, StepResult, check_task_id
 from coevo_jax.envs.intercode_sql import mysql
 from coevo_jax.envs.intercode_sql.db import DATA_DIR, DUMP_PATH, build_databases, load_schema
+from coevo_jax.envs.intercode_sql.experts import replay_experts
 from coevo_jax.envs.intercode_sql.reward import intercode_reward
 from coevo_jax.envs.intercode_sql.sandbox import SqlError, SqlSandbox, TruncatedRows
 
@@ -325,6 +327,15 @@ class InterCodeSqlEnv(Environment):
             if not errors_as_text:
                 raise
             return f"Error executing query: {mysql_error_message(str(error), db)}"
+
+    def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
+        """The first `limit` of InterCode's GPT-4 wins on `split` that score 1.0 here too (`experts`).
+
+        `limit` counts kept trajectories: every episode of the split is replayed, those that score below 1.0
+        here are left out.
+        """
+        kept, _ = replay_experts(self, split)
+        return kept[:limit]
 
     def close(self) -> None:
         for sandbox in self._sandboxes.values():

@@ -194,7 +194,8 @@ class SciWorldEnv(Environment):
     def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
         """Gold-path trajectories of the first `limit` tasks of `split` that reach reward 1.0.
 
-        The others are logged with the reason; `python -m coevo_jax.envs.sciworld.experts` writes a whole split
+        `limit` counts tasks tried (each costs simulator time), so fewer come back when some fail; the others
+        are logged with the reason; `python -m coevo_jax.envs.sciworld.experts` writes a whole split
         to a file in parallel and reports them.
         """
         kept = []
