@@ -32,7 +32,7 @@ def _builtin(count):
 
 def _intercode_sql(count):
     from coevo_jax.envs.intercode_sql import InterCodeSqlEnv
-    from coevo_jax.envs.intercode_sql_experts import HARNESS_REJECTION, load_episodes
+    from coevo_jax.envs.intercode_sql.experts import HARNESS_REJECTION, load_episodes
 
     env = InterCodeSqlEnv()
     episodes = load_episodes()[:count]

@@ -50,7 +50,7 @@ def _plant_in_training(point: str, at: int, kill) -> None:
 
 def _plant_in_rollouts(point: str, at: int, kill) -> None:
     from coevo_jax.data.records import trajectory_to_record
-    from coevo_jax.rollout.stream import TrajectoryStream
+    from coevo_jax.data.stream import TrajectoryStream
 
     write, calls = TrajectoryStream.write, [0]
 

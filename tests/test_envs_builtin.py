@@ -8,8 +8,8 @@ import pytest
 from coevo_jax.data.records import ASSISTANT, read_trajectories, write_trajectories
 from coevo_jax.envs import make
 from coevo_jax.envs.builtin import BuiltinEnv
-from coevo_jax.envs.builtin_tasks import SEEN_FAMILIES, UNSEEN_FAMILIES
-from coevo_jax.envs.builtin_world import NO_MATCH
+from coevo_jax.envs.builtin.tasks import SEEN_FAMILIES, UNSEEN_FAMILIES
+from coevo_jax.envs.builtin.world import NO_MATCH
 
 SPLITS = ("train", "dev", "dev_unseen", "test_seen", "test_unseen")
 
@@ -187,3 +187,4 @@ def test_expert_trajectories_carry_thoughts_and_round_trip(env, tmp_path):
     path = tmp_path / "expert.jsonl"
     write_trajectories(path, trajectories)
     assert read_trajectories(path) == trajectories
+    assert env.expert_trajectories("test_unseen", limit=3) == trajectories[:3]

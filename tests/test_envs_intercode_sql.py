@@ -1,23 +1,24 @@
-"""InterCode-SQL on SQLite: dump conversion, InterCode's reward, the sandbox, the environment, the experts."""
+"""InterCode-SQL on SQLite: the environment, InterCode's recorded runs replayed in it, the experts, the rollout loop.
+
+The parts below the environment are tested in `test_envs_intercode_sql_db.py` and `test_envs_intercode_sql_reward.py`.
+"""
 
 import collections
 import hashlib
 import itertools
 import json
-import math
 import random
 import re
-import sqlite3
 import time
 
-import numpy as np
 import pytest
-import scipy.stats
 from rollout_fixtures import smollm2_actor
 
-from coevo_jax.envs import intercode_sql_mysql, make
+from coevo_jax.envs import make
 from coevo_jax.envs.base import ExpertStep
-from coevo_jax.envs.intercode_sql import (
+from coevo_jax.envs.intercode_sql.agreement import reward_agreement
+from coevo_jax.envs.intercode_sql.db import build_databases
+from coevo_jax.envs.intercode_sql.env import (
     MAX_STEPS,
     UNSEEN_DATABASES,
     InterCodeSqlEnv,
@@ -26,24 +27,14 @@ from coevo_jax.envs.intercode_sql import (
     normalize_action,
     render_output,
 )
-from coevo_jax.envs.intercode_sql_db import (
-    DUMP_PATH,
-    DumpFormatError,
-    build_databases,
-    parse_dump,
-    parse_values,
-)
-from coevo_jax.envs.intercode_sql_experts import (
+from coevo_jax.envs.intercode_sql.experts import (
     HARNESS_REJECTION,
     GptEpisode,
     expert_steps,
-    expert_trajectories,
     load_episodes,
-    reward_agreement,
+    replay_experts,
 )
-from coevo_jax.envs.intercode_sql_mysql import install as install_mysql_compat
-from coevo_jax.envs.intercode_sql_reward import intercode_reward, kendall_tau_b
-from coevo_jax.envs.intercode_sql_sandbox import QueryTimeout, SqlError, SqlSandbox, TruncatedRows, _Watchdog
+from coevo_jax.envs.intercode_sql.sandbox import TruncatedRows
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, parse_action
 from coevo_jax.rollout import RolloutConfig, ScriptedActor, run_rollouts
 
@@ -65,32 +56,7 @@ def episodes():
     return load_episodes()
 
 
-# -- the dump --------------------------------------------------------------------------------------------
-def test_parse_values_reads_mysql_literals():
-    text = r"(1,'it\'s',NULL,-2.5,'a''b'),(2,'line\nbreak','back\\slash',3e2,'')"
-    assert parse_values(text) == [
-        (1, "it's", None, -2.5, "a'b"),
-        (2, "line\nbreak", "back\\slash", 300.0, ""),
-    ]
-
-
-def test_dump_converts_every_database_with_its_rows():
-    text = DUMP_PATH.read_text()
-    databases = parse_dump(text)
-    assert len(databases) == 20 and sum(len(t) for t in databases.values()) == 81
-    assert all(name == name.lower() for tables in databases.values() for name in tables)
-    inserted, db = {}, None  # rows per (database, table), counted independently from the raw lines
-    for line in text.splitlines():
-        if line.startswith("USE `"):
-            db = line.split("`")[1].lower()
-        elif line.startswith("INSERT INTO"):
-            inserted[db, line.split("`")[1].lower()] = line.count("),(") + 1
-    for db, tables in databases.items():
-        for name, table in tables.items():
-            assert len(table.rows) == inserted.get((db, name), 0), (db, name)
-    assert all(not t.rows for t in databases["wta_1"].values())  # empty in InterCode's dump too
-
-
+# -- schema commands and the task file ---------------------------------------------------------------------
 def test_describe_and_show_tables_match_every_recorded_mysql_observation(env, episodes):
     """Our emulated SHOW TABLES / DESCRIBE / SHOW COLUMNS print exactly what InterCode's MySQL printed.
 
@@ -119,19 +85,6 @@ def test_describe_and_show_tables_match_every_recorded_mysql_observation(env, ep
     assert checked >= 1860  # of 1,928 such commands; the rest describe an altered table
 
 
-def test_databases_are_built_once_and_read_only(cache):
-    first = build_databases(root=cache)
-    assert build_databases(root=cache) == first
-    files = sorted(first.glob("*.sqlite"))
-    assert len(files) == 20 and all((f.stat().st_mode & 0o222) == 0 for f in files)
-
-
-def test_a_malformed_dump_names_the_line(tmp_path):
-    bad = "USE `x`;\nCREATE TABLE `t` (\n  this is not a column,\n) ENGINE=InnoDB;\n"
-    with pytest.raises(DumpFormatError, match=r"dump.sql:3: unrecognised column definition"):
-        parse_dump(bad, source=str(tmp_path / "dump.sql"))
-
-
 def test_a_malformed_task_file_names_record_and_field(tmp_path, cache):
     path = tmp_path / "tasks.json"
     path.write_text(
@@ -139,180 +92,6 @@ def test_a_malformed_task_file_names_record_and_field(tmp_path, cache):
     )
     with pytest.raises(ValueError, match=r"tasks.json: record 1: field 'gold'"):
         InterCodeSqlEnv(tasks_path=path, cache_root=cache)
-
-
-# -- InterCode's reward -------------------------------------------------------------------------------------
-def _tau_reference(x, y) -> float:
-    """Kendall's tau-b from its definition over all pairs, in float64."""
-    x, y = np.asarray(x), np.asarray(y)
-    dx = (x[:, None] < x[None, :]).astype(np.float64) - (x[:, None] > x[None, :])
-    dy = (y[:, None] < y[None, :]).astype(np.float64) - (y[:, None] > y[None, :])
-    upper = np.triu(np.ones_like(dx, dtype=bool), 1)
-    numerator = (dx * dy)[upper].sum()
-    nx, ny = (dx != 0)[upper].sum(), (dy != 0)[upper].sum()
-    return math.nan if nx == 0 or ny == 0 else numerator / math.sqrt(nx * ny)
-
-
-@pytest.mark.filterwarnings("ignore:One or more sample arguments is too small")
-def test_kendall_tau_b_matches_the_definition_and_scipy_on_random_ranks():
-    rng = np.random.default_rng()
-    for _ in range(200):
-        n, k = int(rng.integers(0, 60)), int(rng.integers(1, 12))
-        x = [f"v{v:02d}" for v in rng.integers(0, k, n)]
-        y = [f"v{v:02d}" for v in rng.integers(0, k, n)]
-        ours = kendall_tau_b(x, y)
-        for expected in (
-            _tau_reference(x, y) if n >= 2 else math.nan,
-            scipy.stats.kendalltau(x, y).statistic,
-        ):
-            assert (math.isnan(ours) and math.isnan(expected)) or abs(ours - expected) < 1e-12
-
-
-def _intercode_reference(agent, gold) -> float:
-    """InterCode's get_reward, transcribed with scipy's kendalltau and explicit multiset loops."""
-    if not isinstance(agent, list) or not isinstance(gold, list):
-        return 0.0
-    a, g = [str(r) for r in agent], [str(r) for r in gold]
-    keys = set(a) | set(g)
-    if not keys:
-        return 1.0
-    inter = {k: min(a.count(k), g.count(k)) for k in keys}
-    reward = sum(inter.values()) / sum(max(a.count(k), g.count(k)) for k in keys)
-    if sum(inter.values()) == 0:
-        return reward
-
-    def keep(items):
-        left, out = dict(inter), []
-        for item in items:
-            if left.get(item, 0) > 0:
-                left[item] -= 1
-                out.append(item)
-        return out
-
-    tau = scipy.stats.kendalltau(keep(a), keep(g), nan_policy="omit").statistic
-    return reward if math.isnan(tau) else float(np.round(tau * reward, 2))
-
-
-@pytest.mark.filterwarnings("ignore:One or more sample arguments is too small")
-def test_intercode_reward_matches_the_reference_on_random_row_lists():
-    rng = np.random.default_rng()
-    for _ in range(300):
-        pool = [(int(rng.integers(0, 6)), str(rng.choice(["a", "b", "c"]))) for _ in range(8)]
-        agent = [pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 10)))]
-        gold = [pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 10)))]
-        assert intercode_reward(agent, gold) == pytest.approx(_intercode_reference(agent, gold), abs=1e-12)
-
-
-def test_intercode_reward_cases():
-    rows = [(1, "x"), (2, "y"), (3, "z")]
-    assert intercode_reward([], []) == 1.0
-    assert intercode_reward("Error executing query: boom", rows) == 0.0
-    assert intercode_reward(None, rows) == 0.0
-    assert intercode_reward(rows, rows) == 1.0
-    assert intercode_reward(rows[::-1], rows) == -1.0  # InterCode's own value; the environment clamps it
-    assert intercode_reward(rows[:2], rows) == 0.67  # IoU 2/3 times tau 1, rounded as InterCode does
-    assert intercode_reward([rows[0]], rows) == pytest.approx(1 / 3)  # tau undefined: IoU unrounded
-    assert intercode_reward([(1, "x"), (1, "x")], [(1, "x")]) == 0.5
-
-
-# -- the sandbox --------------------------------------------------------------------------------------------
-@pytest.fixture
-def sandbox(cache):
-    box = SqlSandbox(
-        build_databases(root=cache) / "world_1.sqlite", timeout_s=1.0, prepare=install_mysql_compat
-    )
-    yield box
-    box.close()
-
-
-def test_hostile_sql_changes_nothing_and_reads_no_outside_file(sandbox, tmp_path):
-    path = sandbox.path
-    before = hashlib.sha256(path.read_bytes()).hexdigest()
-    outside = tmp_path / "secret.db"
-    sqlite3.connect(outside).execute("CREATE TABLE s(x)").connection.commit()
-    hostile = [
-        "DELETE FROM city",
-        "UPDATE city SET Name = 'x'",
-        "INSERT INTO city VALUES (0, 'x', 'y', 'z', 1)",
-        "DROP TABLE city",
-        "ALTER TABLE city ADD COLUMN x INT",
-        "CREATE TABLE t(x)",
-        "CREATE TEMP TABLE t(x)",
-        f"ATTACH '{outside}' AS other",
-        "PRAGMA writable_schema = ON",
-        "PRAGMA query_only = OFF",
-        f"VACUUM INTO '{tmp_path / 'copy.db'}'",
-        "SELECT load_extension('/lib/x86_64-linux-gnu/libc.so.6')",
-        "BEGIN",
-        "SELECT 1; DELETE FROM city",
-        "REINDEX",
-    ]
-    for sql in hostile:
-        with pytest.raises(SqlError):
-            sandbox.execute(sql)
-    assert not (tmp_path / "copy.db").exists()
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
-    assert sandbox.execute("SELECT count(*) FROM city") == [(4079,)]
-
-
-def test_runaway_queries_are_stopped(sandbox):
-    with pytest.raises(QueryTimeout):
-        sandbox.execute(
-            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
-        )
-    few_rows = SqlSandbox(sandbox.path, max_rows=1000, prepare=install_mysql_compat)
-    with pytest.raises(SqlError, match="more than 1000 rows"):
-        few_rows.execute("SELECT a.ID FROM city a, city b")
-    few_rows.close()
-    big = sandbox.execute("SELECT * FROM city a, city b")  # 16 million rows: fetching stops at 1 MB
-    assert isinstance(big, TruncatedRows) and big.max_result_bytes == 1_000_000 and 10_000 < len(big) < 30_000
-    with pytest.raises(SqlError, match="too big"):
-        sandbox.execute("SELECT zeroblob(100000000)")
-    assert sandbox.execute("SELECT Name FROM city WHERE ID = 1") == [("Kabul",)]
-
-
-def test_mysql_collation_and_functions(sandbox):
-    assert sandbox.execute("SELECT count(*) FROM city WHERE Name = 'KABUL  '") == [(1,)]
-    assert sandbox.execute("SELECT CONCAT(Name, '-', CountryCode) FROM city WHERE ID = 1") == [("Kabul-AFG",)]
-    assert sandbox.execute("SELECT count(*) FROM country WHERE GovernmentForm REGEXP '^republic$'") == [
-        (122,)
-    ]
-    assert sandbox.execute("SELECT YEAR('2014-05-06'), MONTH('2014-05-06'), IF(1 > 2, 'a', 'b')") == [
-        (2014, 5, "b")
-    ]
-    # MySQL's FORMAT, not SQLite's printf alias: rounding half away from zero, thousands separated.
-    assert sandbox.execute("SELECT FORMAT(1234567.891, 2), FORMAT(-2.5, 0), FORMAT(0.125, 2, 'de_DE')") == [
-        ("1,234,567.89", "-3", "0.13")
-    ]
-    assert sandbox.execute("SELECT FORMAT(AVG(LifeExpectancy), 2) FROM country") == [("66.49",)]
-
-
-def test_the_collation_cache_keeps_only_short_strings():
-    intercode_sql_mysql._fold_cached.cache_clear()
-    long_strings = [("x" * 1_000_000) + str(i) for i in range(3)]
-    assert intercode_sql_mysql.mysql_ci_compare(long_strings[0], long_strings[1].upper()) == -1
-    assert intercode_sql_mysql.mysql_ci_compare("Ábc  ", "abc") == 0
-    info = intercode_sql_mysql._fold_cached.cache_info()
-    assert info.currsize == 2 and info.maxsize == intercode_sql_mysql.FOLD_CACHE_ENTRIES
-
-
-def test_the_watchdog_interrupts_at_its_deadline_and_never_after_stop():
-    connection = sqlite3.connect(
-        ":memory:", check_same_thread=False
-    )  # no progress handler: only the watchdog
-    endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
-    start = time.monotonic()
-    watchdog = _Watchdog(connection, 0.3)
-    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
-        connection.execute(endless)
-    watchdog.stop()
-    assert 0.25 < time.monotonic() - start < 2.0
-    _Watchdog(connection, 0.2).stop()
-    time.sleep(0.3)
-    counted = (
-        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10) SELECT max(x) FROM c"
-    )
-    assert connection.execute(counted).fetchall() == [(10,)]
 
 
 # -- the environment -----------------------------------------------------------------------------------------
@@ -483,7 +262,7 @@ def test_reward_agreement_with_intercodes_recorded_gpt4_rewards(env, episodes):
 
 
 def test_experts_are_gpt4_wins_replayed_to_reward_one(env, episodes):
-    trajectories, dropped = expert_trajectories(env, "train", episodes)
+    trajectories, dropped = replay_experts(env, "train", episodes)
     assert len(trajectories) == 464
     reasons = collections.Counter(reason.split(" scored")[0] for reason in dropped.values())
     assert reasons == {"GPT-4 never reached reward 1": 180, "replay": 17}
@@ -514,7 +293,8 @@ def test_experts_are_gpt4_wins_replayed_to_reward_one(env, episodes):
 
 # -- through the rollout loop --------------------------------------------------------------------------------
 def test_scripted_experts_through_the_rollout_loop_reach_reward_one(env, episodes, tmp_path, cache):
-    experts = {t.task_id: t for t in expert_trajectories(env, "test_seen", episodes)[0][:6]}
+    experts = {t.task_id: t for t in env.expert_trajectories("test_seen", limit=6)}
+    assert list(experts.values()) == replay_experts(env, "test_seen", episodes)[0][:6]
 
     def reply(request):
         return experts[request.task_id].actions[(len(request.messages) - 3) // 2]

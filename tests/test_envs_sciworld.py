@@ -1,11 +1,9 @@
-"""ScienceWorld: ETO's splits and data checks, gold-path experts reaching 1.0 on every task type, ETO's reward,
-determinism across JVMs, recovery from killed and hung JVMs, no JVM left behind, and the rollout loop with
-the scripted expert and with the real SmolLM2-135M-Instruct."""
+"""ScienceWorld with its JVM: gold-path experts reaching 1.0 on every task type, ETO's reward, determinism
+across JVMs, recovery from killed and hung JVMs, no JVM left behind, and the rollout loop with the scripted
+expert and with the real SmolLM2-135M-Instruct. What needs no JVM is in `test_envs_sciworld_data.py`."""
 
 import dataclasses
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,13 +14,11 @@ import pytest
 from rollout_fixtures import smollm2_actor
 
 from coevo_jax.envs.sciworld import SciWorldEnv
-from coevo_jax.envs.sciworld_data import DATA_DIR, load_data, split_task_id
-from coevo_jax.envs.sciworld_gold import expert_result, shortcut_navigation, thought_for
-from coevo_jax.envs.sciworld_supervisor import ReplayDiverged, SimulatorFailed, SupervisedSimulator
+from coevo_jax.envs.sciworld.data import split_task_id
+from coevo_jax.envs.sciworld.supervisor import ReplayDiverged, SimulatorFailed, SupervisedSimulator
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_reply
 from coevo_jax.rollout import PendingReplies, RolloutConfig, ScriptedActor, run_rollouts
 
-SPLITS = ("train", "test_seen", "test_unseen")
 QUIET = dict(show_progress=False)
 FIND_ANIMAL = "task-3-find-animal/0"  # short gold path (10 actions), in the train split
 
@@ -59,39 +55,7 @@ def _wait_gone(pid: int, seconds: float = 15.0) -> bool:
     return False
 
 
-# --- data, ids, thoughts (no JVM) ------------------------------------------------------------------------
-
-
-def test_eto_splits_step_limits_and_instruction():
-    env = SciWorldEnv()
-    assert env.splits() == SPLITS
-    assert [len(env.tasks(s)) for s in SPLITS] == [1483, 194, 211]
-    train, seen, unseen = (set(env.tasks(s)) for s in SPLITS)
-    assert len(train) + len(seen) + len(unseen) == 1888  # no split repeats a task
-    assert len(train & seen) == 54 and not unseen & (train | seen)  # as in ETO's files
-    assert env.tasks("train")[0] == "task-2a-test-conductivity/412"
-    assert split_task_id("task-6-lifespan-(longest-lived-then-shortest-lived)/52") == (
-        "task-6-lifespan-(longest-lived-then-shortest-lived)",
-        52,
-    )
-    assert env.max_steps("task-1-boil/4") == 100 and env.max_steps("task-3-find-animal/0") == 15
-    with open(DATA_DIR / "sciworld_inst.txt") as f:
-        assert env.instruction == f.read() and env.instruction.startswith("You are a helpful assistant")
-    assert env.icl_messages()[0].content.startswith("Your task is to use chemistry to create green paint")
-    with pytest.raises(ValueError, match="validation"):
-        env.tasks("validation")
-
-
-@pytest.mark.parametrize("bad", ["task-1-boil", "task-1-boil/x", "/3", "task-1-boil/-1"])
-def test_malformed_task_ids_are_refused_before_any_jvm_starts(bad):
-    env = SciWorldEnv()
-    with pytest.raises(ValueError, match="is not 'TASK_NAME/VARIATION'"):
-        env.reset(bad)
-    with pytest.raises(ValueError, match="no step limit"):
-        env.reset("task-8-inclined-plane-determine-angle/0")  # ETO gives it no step limit
-    with pytest.raises(ValueError, match="sciworld: a task id must be a string"):
-        env.reset(3)
-    assert not env.simulator.started
+# --- the simulator -----------------------------------------------------------------------------------------
 
 
 def test_a_missing_java_is_a_clear_error():
@@ -100,70 +64,6 @@ def test_a_missing_java_is_a_clear_error():
         SimulatorFailed, match="cannot run '/nonexistent/java'.*Java >= 11.*default-jre-headless"
     ):
         env.reset(FIND_ANIMAL)
-
-
-def test_bad_data_files_name_the_file_record_and_field(tmp_path):
-    shutil.copytree(DATA_DIR, tmp_path, dirs_exist_ok=True)
-    path = tmp_path / "dev_indices.json"
-    records = json.loads(path.read_text())
-    records[5] = ["task-1-boil", "7"]
-    path.write_text(json.dumps(records))
-    with pytest.raises(ValueError, match=r"dev_indices.json: record 5: field variation '7'"):
-        load_data(tmp_path)
-    records[5] = ["task-99-fly", 7]
-    path.write_text(json.dumps(records))
-    with pytest.raises(ValueError, match=r"dev_indices.json: record 5: field task_name 'task-99-fly'"):
-        load_data(tmp_path)
-    (tmp_path / "max_steps.json").write_text(json.dumps({"task-1-boil": 0}))
-    with pytest.raises(ValueError, match=r"max_steps.json: record 'task-1-boil': step limit 0"):
-        load_data(tmp_path)
-
-
-def test_thoughts_are_short_templates_by_verb():
-    assert thought_for("go to kitchen") == "I should go to the kitchen."
-    assert thought_for("open door to kitchen") == "I need to open the door to the kitchen."
-    assert thought_for("pick up thermometer") == "I need to pick up the thermometer."
-    assert thought_for("move egg dove egg in inventory to red box") == (
-        "I should move the egg dove egg in inventory to the red box."
-    )
-    assert thought_for("pour jug into flower pot 8") == "I should pour the jug into the flower pot 8."
-    assert (
-        thought_for("use shovel in inventory on ground")
-        == "I will use the shovel in inventory on the ground."
-    )
-    assert thought_for("focus on substance in metal pot") == (
-        "I should focus on the substance in metal pot, as the task asks."
-    )
-    assert (
-        thought_for("wait1") == "I need to wait one step."
-        and thought_for("wait") == "I need to wait for a while."
-    )
-    assert thought_for("0") == "Several things match that, so I choose option 0."
-    assert thought_for("sing loudly") == "Next, I will sing loudly."
-
-
-def test_walks_between_rooms_become_one_teleport():
-    gold = [
-        "open door to greenhouse",
-        "go to greenhouse",
-        "open door to outside",
-        "go to outside",
-        "look around",
-    ]
-    gold += ["focus on dove", "pick up dove", "open door to kitchen", "go to kitchen", "move dove to red box"]
-    gold += ["open door to hallway", "wait1"]
-    assert shortcut_navigation(gold) == [
-        "teleport to outside",
-        "look around",
-        "focus on dove",
-        "pick up dove",
-        "teleport to kitchen",
-        "move dove to red box",
-        "wait1",
-    ]
-
-
-# --- the simulator -----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +81,7 @@ def gold(envs):
     tasks = _task_types(envs[0])
 
     def make(env, part):
-        return [expert_result(env, task_id) for task_id in part]
+        return [env.expert_result(task_id) for task_id in part]
 
     with ThreadPoolExecutor(2) as pool:
         halves = list(pool.map(make, envs, (tasks[0::2], tasks[1::2])))
@@ -251,7 +151,7 @@ def test_unknown_variations_are_refused_and_ids_outside_the_splits_accepted(envs
     env = envs[0]
     with pytest.raises(ValueError, match="task-1-boil/999.*30 variations"):
         env.reset("task-1-boil/999")
-    known = {t for s in SPLITS for t in env.tasks(s)}
+    known = {t for s in env.splits() for t in env.tasks(s)}
     outside = next(f"task-1-boil/{v}" for v in range(30) if f"task-1-boil/{v}" not in known)
     assert "Your task is to boil" in env.reset(outside)
 

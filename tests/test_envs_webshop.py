@@ -65,6 +65,14 @@ def test_eto_splits_and_text_env_options(fake_webshop):
         env.reset(2853)
 
 
+def test_no_expert_trajectories_of_its_own(fake_webshop):
+    env = WebShopEnv()
+    with pytest.raises(ValueError, match="webshop: no built-in expert trajectories .*env.experts_path"):
+        env.expert_trajectories("train")
+    with pytest.raises(ValueError, match="unknown webshop split"):
+        env.expert_trajectories("dev")
+
+
 def test_steps_follow_eto(fake_webshop):
     env = WebShopEnv()
     assert env.reset("2853") == "WebShop [SEP] Instruction: [SEP] goal 2853 [SEP] Search"

@@ -13,19 +13,13 @@ from train_fixtures import TINY
 
 from coevo_jax.data.chat_format import chat_format_for
 from coevo_jax.data.records import ASSISTANT, USER, Message
+from coevo_jax.data.stream import TrajectoryStream
 from coevo_jax.envs import make
 from coevo_jax.envs.base import Environment
 from coevo_jax.models import Decoder
 from coevo_jax.models.tokenizer_training import train_tokenizer_for_trajectories
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_reply, parse_action
-from coevo_jax.rollout import (
-    ModelActor,
-    RolloutConfig,
-    ScriptedActor,
-    TrajectoryStream,
-    TurnCodec,
-    run_rollouts,
-)
+from coevo_jax.rollout import ModelActor, RolloutConfig, ScriptedActor, TurnCodec, run_rollouts
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
 
 QUIET = dict(show_progress=False)
@@ -114,6 +108,7 @@ class _FlakyEnv(Environment):
     splits = lambda self: self.inner.splits()  # noqa: E731
     tasks = lambda self, split: self.inner.tasks(split)  # noqa: E731
     max_steps = lambda self, task_id: self.inner.max_steps(task_id)  # noqa: E731
+    expert_trajectories = lambda self, split, limit=None: self.inner.expert_trajectories(split, limit)  # noqa: E731
 
     def reset(self, task_id):
         self.task_id = task_id

@@ -5,6 +5,7 @@ Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq
 
 * `records`: `Trajectory` / `Message` / `Turn`, lossless JSONL records, strict reader (`DataFormatError`,
   `skip_bad` with a `ReadReport`) and writer.
+* `stream`: `TrajectoryStream`, a trajectory file written an episode at a time that resumes after a crash.
 * `formats`: ETO conversation files in and out, TRL preference files out, lossless pair JSONL.
 * `converters`: real ETO in-context examples and InterCode-SQL GPT-4 episodes as trajectories.
 * `chat_format`: Llama-2 (ETO/FastChat) and tokenizer chat-template rendering; token-level action masks.
@@ -90,6 +91,7 @@ from coevo_jax.data.records import (
     write_trajectories,
 )
 from coevo_jax.data.reports import DatasetReport, reward_histogram
+from coevo_jax.data.stream import TrajectoryStream
 
 __all__ = [
     "AGENTS",
@@ -118,6 +120,7 @@ __all__ = [
     "TokenizedPair",
     "TokenizedTrajectory",
     "Trajectory",
+    "TrajectoryStream",
     "Turn",
     "bucket_for",
     "build_eto_pairs",

@@ -5,7 +5,9 @@ instance per slot. `reset(task_id)` returns the task text the agent sees first (
 prompt layout, after the environment's `instruction` and the agent's "OK"); `step(action)` takes the parsed
 action (not the raw reply) and returns `(observation, reward, done, info)`, where `reward` is the episode's
 score so far in [0, 1] (the trajectory's reward r(u, e) is the last one returned) and the observation is the
-environment's raw text (the loop adds `Observation: `).
+environment's raw text (the loop adds `Observation: `). `expert_trajectories(split, limit)` gives the expert
+demonstrations a run clones (SFT) and pairs against (ETO, eq. 8), each replayed through the environment with
+`record_expert_trajectory`, so its reward is the environment's own.
 """
 
 from __future__ import annotations
@@ -50,6 +52,15 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     def step(self, action: str) -> StepResult:
         """Applies one action; returns (observation text, score so far in [0, 1], done, info)."""
+
+    @abc.abstractmethod
+    def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
+        """At most `limit` expert trajectories on tasks of `split`, in task order (all when `limit` is None).
+
+        Each is replayed through this environment, which ends any episode in progress. Environments whose
+        expert demonstrations can fail may leave tasks out, and say how `limit` counts them; one that has no
+        expert source of its own raises ValueError saying so (a run then reads `env.experts_path`).
+        """
 
     def close(self) -> None:  # noqa: B027 (an optional hook: most environments hold nothing)
         """Releases external resources (processes, connections); the default has none."""

@@ -12,7 +12,8 @@ project is developed on, so this adapter is written against WebShop's documented
   "Invalid action!" observation; the score is 0 until the episode ends (a purchase), then WebShop's
   reward, as in ETO; ETO's step limit is 10 and observations read "Observation:\\n<page>".
 
-Without WebShop installed, creating the environment raises ImportError saying how to install it.
+Without WebShop installed, creating the environment raises ImportError saying how to install it. It has no
+expert trajectories of its own (`expert_trajectories` says so): a run reads them from `env.experts_path`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 from functools import cached_property
 from pathlib import Path
 
+from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment, StepResult, check_task_id
 
 DATA_DIR = Path(__file__).parent / "data" / "webshop"
@@ -109,6 +111,19 @@ class WebShopEnv(Environment):
         if done:
             self._in_episode = False
         return observation, float(reward) if done else 0.0, bool(done), info or {}
+
+    def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
+        """Raises ValueError (after checking `split`): this adapter has no expert source of its own.
+
+        ETO's WebShop demonstrations are not shipped here and replaying any needs WebShop's catalogue, so a
+        run reads them from `env.experts_path` instead.
+        """
+        self.tasks(split)
+        raise ValueError(
+            f"webshop: no built-in expert trajectories for split {split!r}: ETO's WebShop demonstrations are "
+            "not shipped with this project and building them needs WebShop's product catalogue; set "
+            "env.experts_path to a trajectory file of WebShop demonstrations"
+        )
 
     def close(self) -> None:
         close = getattr(self._env, "close", None)

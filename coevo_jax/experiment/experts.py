@@ -16,22 +16,14 @@ EXPERTS_FILE = "experts.jsonl"
 
 
 def generate_experts(env: Environment, spec: EnvConfig) -> list[Trajectory]:
-    """The environment's own experts on the train split (or the file `spec.experts_path`)."""
-    if spec.experts_path:
-        experts = read_trajectories(spec.experts_path)
-    elif env.name == "intercode_sql":
-        from coevo_jax.envs.intercode_sql_experts import expert_trajectories
+    """The first `spec.expert_tasks` trajectories of the file `spec.experts_path`, else the environment's own.
 
-        experts, _ = expert_trajectories(env, spec.train_split)
-    elif env.name == "sciworld":
-        experts = env.expert_trajectories(spec.train_split, limit=spec.expert_tasks)
-    elif hasattr(env, "expert_trajectories"):
-        experts = env.expert_trajectories(spec.train_split)
+    The environment's are `Environment.expert_trajectories` on the train split, at most `spec.expert_tasks`.
+    """
+    if spec.experts_path:
+        experts = list(read_trajectories(spec.experts_path))[: spec.expert_tasks]
     else:
-        raise ValueError(
-            f"{env.name}: no built-in expert trajectories; set env.experts_path to a trajectory file"
-        )
-    experts = list(experts)[: spec.expert_tasks]
+        experts = env.expert_trajectories(spec.train_split, limit=spec.expert_tasks)
     if not experts:
         raise ValueError(f"{env.name}: no expert trajectories (experts_path={spec.experts_path!r})")
     return experts

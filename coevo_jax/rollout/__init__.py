@@ -1,8 +1,7 @@
-"""Rollouts: actors that produce replies, the host loop that drives environments, and trajectory streams."""
+"""Rollouts: actors that produce replies, and the host loop that drives environments."""
 
 from coevo_jax.rollout.actors import ModelActor, PendingReplies, ScriptedActor, TurnRequest
 from coevo_jax.rollout.loop import RolloutConfig, RolloutStats, run_rollouts, trajectory_id
-from coevo_jax.rollout.stream import TrajectoryStream
 from coevo_jax.rollout.turns import TurnCodec
 
 __all__ = [
@@ -11,7 +10,6 @@ __all__ = [
     "RolloutConfig",
     "RolloutStats",
     "ScriptedActor",
-    "TrajectoryStream",
     "TurnCodec",
     "TurnRequest",
     "run_rollouts",

@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from tqdm.auto import tqdm
 
 from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory
+from coevo_jax.data.stream import TrajectoryStream
 from coevo_jax.envs.base import Environment, prompt_messages
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_observation, parse_action
 from coevo_jax.rollout.actors import TurnRequest
-from coevo_jax.rollout.stream import TrajectoryStream
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`SciWorldEnv`: ScienceWorld (Wang et al., 2022) with ETO's splits, prompt, step limits and reward.
 
-Splits (ETO's, `sciworld_data`): `train` (1,483 tasks), `test_seen` (ETO's dev, 194) and `test_unseen` (ETO's
+Splits (ETO's, `data`): `train` (1,483 tasks), `test_seen` (ETO's dev, 194) and `test_unseen` (ETO's
 test, 211); a task id is `"{task_name}/{variation}"`, e.g. `"task-1-boil/4"`. As in ETO's `SciWorldEnv`, a
 task is loaded with ScienceWorld's "easy" simplifications (teleport actions, open doors, self-watering flower
 pots, and no electrical actions outside the electrical tasks), the episode starts after its first `look around`,
@@ -9,13 +9,13 @@ episode (ScienceWorld's score / 100; ETO's `raw_score`), clamped to [0, 1] becau
 An episode is done when ScienceWorld says the task is complete or failed (score < 0); the rollout loop
 enforces ETO's step limits (`max_steps.json`). `info` carries the raw score of the step.
 
-Each instance owns one JVM (`sciworld_jvm`, 450-500 MB resident at the default `-Xmx384m`), started on the
-first `reset` and supervised (`sciworld_supervisor`): a crashed or hung JVM is replaced, the episode replayed
+Each instance owns one JVM (`jvm`, 450-500 MB resident at the default `-Xmx384m`), started on the
+first `reset` and supervised (`supervisor`): a crashed or hung JVM is replaced, the episode replayed
 and the step retried once; a second failure raises `SimulatorFailed`, which the rollout loop records as the
 episode's `env_error`. The rollout loop's one environment per slot is the pool of JVMs; they start in
 parallel because each starts inside its slot's first job. `close()` kills the JVM.
 
-Expert trajectories come from ScienceWorld's gold action paths (`sciworld_gold`).
+Expert trajectories come from ScienceWorld's gold action paths (`gold`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coevo_jax.data.records import Message, Trajectory
-from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id
-from coevo_jax.envs.sciworld_data import DATA_DIR, SPLIT_FILES, load_data, split_task_id
-from coevo_jax.envs.sciworld_gold import expert_result, gold_expert_steps
-from coevo_jax.envs.sciworld_jvm import JVMOptions
-from coevo_jax.envs.sciworld_supervisor import SupervisedSimulator
+from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id, record_expert_trajectory
+from coevo_jax.envs.sciworld.data import DATA_DIR, SPLIT_FILES, load_data, split_task_id
+from coevo_jax.envs.sciworld.gold import ExpertResult, gold_expert_steps
+from coevo_jax.envs.sciworld.jvm import JVMOptions
+from coevo_jax.envs.sciworld.supervisor import SupervisedSimulator
 
 log = logging.getLogger(__name__)
 SPLITS = tuple(SPLIT_FILES)
@@ -160,23 +160,47 @@ class SciWorldEnv(Environment):
         return actions
 
     def expert_steps(self, task_id: str) -> list[ExpertStep]:
-        """The gold path up to the step that completes the task, with templated thoughts (`sciworld_gold`).
+        """The gold path up to the step that completes the task, with templated thoughts (`gold`).
 
         Replays the path once to find that step, so it ends the current episode.
         """
         if task_id not in self._expert_cache:
-            self._expert_cache[task_id] = gold_expert_steps(self, task_id)
+            actions = self.gold_actions(task_id)
+            self._expert_cache[task_id] = gold_expert_steps(self, task_id, actions, self.simplification)
         return list(self._expert_cache[task_id])
+
+    def expert_result(self, task_id: str) -> ExpertResult:
+        """Builds and replays the gold-path demonstration of `task_id` (ends the current episode)."""
+        start = time.perf_counter()
+        try:
+            steps = self.expert_steps(task_id)
+        except (RuntimeError, ValueError) as error:  # SimulatorFailed, no usable gold path
+            return ExpertResult(
+                task_id, None, f"{type(error).__name__}: {error}", 0, time.perf_counter() - start, 0.0
+            )
+        built = time.perf_counter()
+        try:
+            trajectory = record_expert_trajectory(self, task_id, steps)
+        except (RuntimeError, ValueError) as error:
+            reason = f"{type(error).__name__}: {error}"
+            return ExpertResult(task_id, None, reason, len(steps), built - start, time.perf_counter() - built)
+        reason = (
+            None if trajectory.reward >= 1.0 else f"replay reaches reward {trajectory.reward:.3f}, not 1.0"
+        )
+        return ExpertResult(
+            task_id, trajectory, reason, len(steps), built - start, time.perf_counter() - built
+        )
 
     def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
         """Gold-path trajectories of the first `limit` tasks of `split` that reach reward 1.0.
 
-        The others are logged with the reason; `python -m coevo_jax.envs.sciworld_experts` writes a whole split
+        `limit` counts tasks tried (each costs simulator time), so fewer come back when some fail; the others
+        are logged with the reason; `python -m coevo_jax.envs.sciworld.experts` writes a whole split
         to a file in parallel and reports them.
         """
         kept = []
         for task_id in self.tasks(split)[:limit]:
-            result = expert_result(self, task_id)
+            result = self.expert_result(task_id)
             if result.ok:
                 kept.append(result.trajectory)
             else:

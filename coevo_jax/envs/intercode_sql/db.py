@@ -5,7 +5,7 @@ InterCode serves the 20 databases from a MySQL 8 server (`lower_case_table_names
 environment runs offline with no server. What the conversion keeps of MySQL's behaviour:
 
 - table names are lower-cased, as that server stores them (column names keep their case);
-- text columns get the `MYSQL_CI` collation (`intercode_sql_mysql`), so `=`, `GROUP BY`, `DISTINCT` and
+- text columns get the `MYSQL_CI` collation (`mysql`), so `=`, `GROUP BY`, `DISTINCT` and
   `ORDER BY` compare strings as `utf8mb4_general_ci` does (no case, no accents, no trailing spaces); the
   files therefore open only on connections with that collation installed;
 - rows are inserted in dump order (the primary-key order of InnoDB's clustered index), so a table scan
@@ -29,9 +29,9 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from coevo_jax.envs import intercode_sql_mysql
+from coevo_jax.envs.intercode_sql import mysql
 
-DATA_DIR = Path(__file__).parent / "data" / "intercode"
+DATA_DIR = Path(__file__).parents[1] / "data" / "intercode"
 DUMP_PATH = DATA_DIR / "ic_spider_dbs.sql"
 SCHEMA_FILE = "schema.json"
 FORMAT_VERSION = 2  # bump when the conversion changes: the cache key includes it
@@ -249,7 +249,7 @@ def _sqlite_type(mysql_type: str) -> str:
         return "INTEGER"
     if base in _REAL_TYPES:
         return "REAL"
-    return f"TEXT COLLATE {intercode_sql_mysql.COLLATION}"
+    return f"TEXT COLLATE {mysql.COLLATION}"
 
 
 def _create_statement(table: _Table) -> str:
@@ -262,7 +262,7 @@ def _create_statement(table: _Table) -> str:
 def write_database(path: Path, tables: dict[str, _Table]) -> None:
     """One SQLite file holding `tables` with their rows, in dump order."""
     connection = sqlite3.connect(path)
-    intercode_sql_mysql.install(connection)
+    mysql.install(connection)
     try:
         for table in tables.values():
             connection.execute(_create_statement(table))

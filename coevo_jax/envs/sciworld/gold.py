@@ -9,22 +9,19 @@ actions past the one that completes the task (ScienceWorld then reports the epis
 generated when the shortcut does not reach reward 1.0 (tasks that count the time it takes, such as watching
 a life cycle); either is cut at the action that ends the episode, found by a replay. Each action gets a
 thought from a template keyed by its verb ("go to kitchen" -> "I should go to the kitchen."): short,
-deterministic, and never claiming more than the action does. `expert_result` replays the steps through the
-environment (`record_expert_trajectory`) and says why a demonstration is unusable when it does not reach 1.0.
+deterministic, and never claiming more than the action does. `SciWorldEnv.expert_result` replays the steps
+through the environment and says why a demonstration is unusable when it does not reach 1.0 (`ExpertResult`).
+
+Replays go through the `Environment` interface only, so this module never imports `env` (which imports it).
 """
 
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from coevo_jax.data.records import Trajectory
-from coevo_jax.envs.base import ExpertStep, record_expert_trajectory
-
-if TYPE_CHECKING:  # sciworld imports this module
-    from coevo_jax.envs.sciworld import SciWorldEnv
+from coevo_jax.envs.base import Environment, ExpertStep
 
 # (pattern, template): the first pattern that matches the whole action gives its thought.
 THOUGHT_TEMPLATES: tuple[tuple[re.Pattern, str], ...] = tuple(
@@ -101,7 +98,7 @@ def shortcut_navigation(actions: list[str]) -> list[str]:
     return shortened
 
 
-def _until_done(env: SciWorldEnv, task_id: str, actions: list[str]) -> tuple[list[str], float]:
+def _until_done(env: Environment, task_id: str, actions: list[str]) -> tuple[list[str], float]:
     """The actions up to the one that ends the episode (all when none does), and the reward reached."""
     env.reset(task_id)
     reward = 0.0
@@ -112,14 +109,17 @@ def _until_done(env: SciWorldEnv, task_id: str, actions: list[str]) -> tuple[lis
     return actions, reward
 
 
-def gold_expert_steps(env: SciWorldEnv, task_id: str) -> list[ExpertStep]:
-    """The (shortcut, else generated) gold path of `task_id` up to the action that ends the episode.
+def gold_expert_steps(
+    env: Environment, task_id: str, actions: list[str], simplification: str
+) -> list[ExpertStep]:
+    """The (shortcut, else generated) gold path `actions` of `task_id` up to the action that ends the episode.
 
-    See the module docstring. A path that reaches no reward 1.0 is returned as generated (its replay then shows the reward it does reach).
+    See the module docstring. Candidates are replayed in `env`; the shortcut is tried only when `simplification`
+    (the environment's ScienceWorld setting) allows teleporting. A path that reaches no reward 1.0 is returned
+    as generated (its replay then shows the reward it does reach).
     """
-    actions = env.gold_actions(task_id)
     candidates = [actions]
-    if any(s in env.simplification.split(",") for s in ("easy", "teleportAction")):
+    if any(s in simplification.split(",") for s in ("easy", "teleportAction")):
         shortcut = shortcut_navigation(actions)
         if shortcut != actions:
             candidates.insert(0, shortcut)
@@ -144,22 +144,3 @@ class ExpertResult:
     @property
     def ok(self) -> bool:
         return self.reason is None
-
-
-def expert_result(env: SciWorldEnv, task_id: str) -> ExpertResult:
-    """Builds and replays the gold-path demonstration of `task_id` in `env`."""
-    start = time.perf_counter()
-    try:
-        steps = env.expert_steps(task_id)
-    except (RuntimeError, ValueError) as error:  # SimulatorFailed, no usable gold path
-        return ExpertResult(
-            task_id, None, f"{type(error).__name__}: {error}", 0, time.perf_counter() - start, 0.0
-        )
-    built = time.perf_counter()
-    try:
-        trajectory = record_expert_trajectory(env, task_id, steps)
-    except (RuntimeError, ValueError) as error:
-        reason = f"{type(error).__name__}: {error}"
-        return ExpertResult(task_id, None, reason, len(steps), built - start, time.perf_counter() - built)
-    reason = None if trajectory.reward >= 1.0 else f"replay reaches reward {trajectory.reward:.3f}, not 1.0"
-    return ExpertResult(task_id, trajectory, reason, len(steps), built - start, time.perf_counter() - built)

@@ -25,7 +25,7 @@ import unicodedata
 
 import regex
 
-from coevo_jax.envs.intercode_sql_sandbox import time_left
+from coevo_jax.envs.intercode_sql.sandbox import time_left
 
 COLLATION = "MYSQL_CI"
 FOLD_CACHE_ENTRIES = 16_384  # with FOLD_CACHE_MAX_CHARS, bounds the cache to ~20 MB whatever the queries

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from coevo_jax.data.records import Message
 
-DATA_DIR = Path(__file__).parent / "data" / "sciworld"
+DATA_DIR = Path(__file__).parents[1] / "data" / "sciworld"
 SPLIT_FILES = {
     "train": "train_indices.json",
     "test_seen": "dev_indices.json",

@@ -3,21 +3,21 @@
 Behaviour follows InterCode's `SqlEnv` (a MySQL server in Docker) without a server:
 - an action is one SQL statement, or `submit`. `SHOW TABLES`, `SHOW DATABASES`, `DESCRIBE t` / `DESC t` /
   `SHOW COLUMNS FROM t` and `USE db` are answered as MySQL answers them; everything else runs in SQLite
-  (see `intercode_sql_db` for how the databases keep MySQL's names, collation and row order);
+  (see `db` for how the databases keep MySQL's names, collation and row order);
 - the observation is `str()` of the result rows, `None` for a statement without rows, or
   `Error executing query: <message>`, with SQLite's most common messages reworded as MySQL's; a result
   past the sandbox's size limit is cut and said to be (`render_output`);
-- the score is InterCode's reward (`intercode_sql_reward`) of the last statement's output against the gold
+- the score is InterCode's reward (`reward`) of the last statement's output against the gold
   query's, clamped to [0, 1]. `submit` ends the episode with it; every other step reports what submitting
   now would score, as InterCode's recorded multi-turn runs do, so an episode that runs out of steps is
   scored on its last output;
-- the agent's SQL runs in `intercode_sql_sandbox` (read-only, time-limited). Writes, which InterCode's
+- the agent's SQL runs in `sandbox` (read-only, time-limited). Writes, which InterCode's
   server allowed and reset between episodes, are refused here.
 
 Task ids are indices into `ic_spider_dev.json`. Splits are by database (documented in the README):
 `test_unseen` is every task of car_1, dog_kennels and orchestra (214 tasks); of the other 17 databases,
 every fifth task (by index within its database) is `test_seen` and the rest are `train`.
-Expert trajectories are InterCode's GPT-4 episodes that reached reward 1 (`intercode_sql_experts`).
+Expert trajectories are InterCode's GPT-4 episodes that reached reward 1 (`experts`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ import re
 from functools import cached_property
 from pathlib import Path
 
-from coevo_jax.envs import intercode_sql_mysql
+from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment, StepResult, check_task_id
-from coevo_jax.envs.intercode_sql_db import DATA_DIR, DUMP_PATH, build_databases, load_schema
-from coevo_jax.envs.intercode_sql_reward import intercode_reward
-from coevo_jax.envs.intercode_sql_sandbox import SqlError, SqlSandbox, TruncatedRows
+from coevo_jax.envs.intercode_sql import mysql
+from coevo_jax.envs.intercode_sql.db import DATA_DIR, DUMP_PATH, build_databases, load_schema
+from coevo_jax.envs.intercode_sql.experts import replay_experts
+from coevo_jax.envs.intercode_sql.reward import intercode_reward
+from coevo_jax.envs.intercode_sql.sandbox import SqlError, SqlSandbox, TruncatedRows
 
 TASKS_PATH = DATA_DIR / "ic_spider_dev.json"
 UNSEEN_DATABASES = ("car_1", "dog_kennels", "orchestra")
@@ -317,7 +319,7 @@ class InterCodeSqlEnv(Environment):
                 timeout_s=self.query_timeout_s,
                 max_rows=self.max_rows,
                 max_result_bytes=self.max_result_bytes,
-                prepare=intercode_sql_mysql.install,
+                prepare=mysql.install,
             )
         try:
             return self._sandboxes[db].execute(sql)
@@ -325,6 +327,15 @@ class InterCodeSqlEnv(Environment):
             if not errors_as_text:
                 raise
             return f"Error executing query: {mysql_error_message(str(error), db)}"
+
+    def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
+        """The first `limit` of InterCode's GPT-4 wins on `split` that score 1.0 here too (`experts`).
+
+        `limit` counts kept trajectories: every episode of the split is replayed, those that score below 1.0
+        here are left out.
+        """
+        kept, _ = replay_experts(self, split)
+        return kept[:limit]
 
     def close(self) -> None:
         for sandbox in self._sandboxes.values():

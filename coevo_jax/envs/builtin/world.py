@@ -1,6 +1,6 @@
 """The world of the built-in environment: rooms, things, and the rules of its eleven verbs.
 
-State and rules only; tasks, rewards and the expert live in `builtin_tasks`. Every room can be reached from
+State and rules only; tasks and rewards live in `tasks`, the expert in `experts`. Every room can be reached from
 every other (`go to ROOM`); the agent carries things in its inventory; containers and devices hold things one
 level deep; while on, the stove makes what is in it hot and the freezer makes it cold; a held knife slices
 food; `mix bowl` turns the bowl's contents into one "mixture". Each verb has a check (the feedback when the

@@ -1,9 +1,9 @@
 """CLI: ScienceWorld expert trajectories of a split from the gold paths, several JVMs at once, resumable.
 
-    python -m coevo_jax.envs.sciworld_experts --split train --out experts/sciworld_train.jsonl \\
+    python -m coevo_jax.envs.sciworld.experts --split train --out experts/sciworld_train.jsonl \\
         [--limit N] [--workers N] [--java-max-heap 384m]
 
-Each worker thread owns a `SciWorldEnv` (one JVM) and turns tasks into demonstrations (`sciworld_gold`).
+Each worker thread owns a `SciWorldEnv` (one JVM) and turns tasks into demonstrations (`gold`).
 Demonstrations that reach reward 1.0 go to OUT (one trajectory record a line, `TrajectoryStream`, readable
 with `coevo_jax.data.records.read_trajectories`); tasks that do not go to OUT.failures.jsonl with the reason.
 A rerun skips the tasks already in either file. The summary printed at the end gives how many reached 1.0,
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from coevo_jax.envs.sciworld import SPLITS, SciWorldEnv
-from coevo_jax.envs.sciworld_gold import ExpertResult, expert_result
-from coevo_jax.rollout.stream import TrajectoryStream
+from coevo_jax.data.stream import TrajectoryStream
+from coevo_jax.envs.sciworld.env import SPLITS, SciWorldEnv
+from coevo_jax.envs.sciworld.gold import ExpertResult
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def generate_experts(
             local.env = SciWorldEnv(**env_kwargs)
             with lock:
                 envs.append(local.env)
-        return expert_result(local.env, task_id)
+        return local.env.expert_result(task_id)
 
     with TrajectoryStream(out) as stream, open(failures_path, "a", encoding="utf-8") as failures_file:
         done = {t.task_id for t in stream.trajectories} | set(failed_before)

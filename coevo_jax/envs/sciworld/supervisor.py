@@ -4,7 +4,7 @@
 task it loaded and every action with the observation, score and completion flag it produced. When a call
 fails (`JVMError`: a crash, a Java exception, or no answer before the deadline), it kills the JVM, starts a new
 one, reloads the task, replays the recorded actions and retries the failed call once. The replay must give
-back exactly the recorded observations, scores and flags; with the deterministic JVM (`sciworld_jvm`) it does,
+back exactly the recorded observations, scores and flags; with the deterministic JVM (`jvm`) it does,
 and a replay that differs raises `ReplayDiverged` rather than continue from a state the agent never saw. If
 the retry fails too, `SimulatorFailed` says what failed twice and why; the rollout loop records it as the
 episode's `env_error`. Loading a task recovers the same way (there is nothing to replay).
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from coevo_jax.envs.sciworld_jvm import JVMError, JVMOptions, ScienceWorldJVM
+from coevo_jax.envs.sciworld.jvm import JVMError, JVMOptions, ScienceWorldJVM
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -14,7 +14,7 @@ Determinism: ScienceWorld iterates sets of objects in identity-hash order, so th
 observations (a thermometer reading, the order of things in a room) from one load to the next in the same
 JVM. With `deterministic=True` the JVM gives every object the same identity hash (`-XX:hashCode=2`, a HotSpot
 experimental option), which makes an episode a function of (task, variation, actions) alone, whatever the
-JVM ran before; steps are then 5-25% slower (measured). Restart-and-replay (`sciworld_supervisor`) relies on it.
+JVM ran before; steps are then 5-25% slower (measured). Restart-and-replay (`supervisor`) relies on it.
 
 Calls: each call runs on this JVM's own daemon worker thread and is awaited with a deadline. No answer in time
 raises `JVMTimeout` (a hung JVM); a dead process, a broken socket or a Java exception raise `JVMCrash`. The

@@ -1,8 +1,8 @@
 """`BuiltinEnv`: the default environment, small procedural ScienceWorld-like tasks in pure Python.
 
-Four rooms, food, containers, a stove, a freezer, a knife and a mixing bowl (`builtin_world`); task families
+Four rooms, food, containers, a stove, a freezer, a knife and a mixing bowl (`world`); task families
 of 3–6 subgoals each, seen ones for train/dev/test_seen and unseen recombinations for dev_unseen/test_unseen
-(`builtin_tasks`, whose docstring lists them). The score after each step is the fraction of the task's
+(`tasks`, whose docstring lists them). The score after each step is the fraction of the task's
 subgoals reached so far: a reached subgoal stays reached, so the score never decreases, and it is exactly 1.0
 when all are reached, which ends the episode (`done`). Failed episodes therefore land on partial scores
 (e.g. 0.25, 0.5, 0.75), near-misses included. Invalid actions get feedback and change nothing.
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id, record_expert_trajectory
-from coevo_jax.envs.builtin_tasks import Task, build_splits, expert_steps, holds
-from coevo_jax.envs.builtin_world import World
+from coevo_jax.envs.builtin.experts import expert_steps
+from coevo_jax.envs.builtin.tasks import Task, build_splits, holds
+from coevo_jax.envs.builtin.world import World
 
 SPLITS = ("train", "dev", "dev_unseen", "test_seen", "test_unseen")
 INSTRUCTION = (
@@ -128,9 +129,9 @@ class BuiltinEnv(Environment):
             self._expert_cache[task_id] = expert_steps(self.task(task_id))
         return list(self._expert_cache[task_id])
 
-    def expert_trajectories(self, split: str) -> list[Trajectory]:
-        """The expert's trajectory on every task of `split`, replayed through this env (ends any episode)."""
+    def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
+        """The planner's trajectory on each of the first `limit` tasks of `split`, none left out."""
         return [
             record_expert_trajectory(self, task_id, self.expert_steps(task_id))
-            for task_id in self.tasks(split)
+            for task_id in self.tasks(split)[:limit]
         ]

@@ -1,0 +1,14 @@
+"""InterCode-SQL on SQLite (`InterCodeSqlEnv`): Spider dev questions answered by querying the database.
+
+* `env`: `InterCodeSqlEnv`, the environment: splits, MySQL-style answers to the agent's SQL, the score.
+* `db`: InterCode's MySQL dump converted to SQLite files (cached) and their schema.
+* `mysql`: MySQL's collation and functions installed into SQLite connections.
+* `sandbox`: read-only, time- and size-limited execution of the agent's SQL.
+* `reward`: InterCode's reward (row IoU times Kendall tau of their order).
+* `experts`: InterCode's recorded GPT-4 episodes as expert demonstrations.
+* `agreement`: CLI replaying those episodes to check that our reward agrees with InterCode's.
+"""
+
+from coevo_jax.envs.intercode_sql.env import InterCodeSqlEnv
+
+__all__ = ["InterCodeSqlEnv"]
