@@ -10,7 +10,6 @@ from coevo_jax.data.batching import (
     collate_dpo,
     collate_sft,
     fit_to_length,
-    iter_dpo_batches,
     iter_sft_batches,
     plan_batches,
     power_of_two_buckets,
@@ -113,7 +112,16 @@ def test_plan_batches_is_a_seeded_partition_into_buckets():
     assert in_order == [(128, (0, 2)), (128, (3, 4)), (512, (1, 5))]
 
 
-def test_iterators_cover_every_item_once_with_few_shapes():
+def dpo_epoch(pairs, *, pairs_per_batch, seed, buckets=DEFAULT_BUCKETS):
+    """One epoch of DPO batches as the training phases build them: a seeded plan, then collation."""
+    plan = plan_batches([len(p) for p in pairs], pairs_per_batch, buckets, seed=seed)
+    return [
+        collate_dpo([pairs[i] for i in idx], length=length, pairs_per_batch=pairs_per_batch, pad_id=PAD)
+        for length, idx in plan
+    ]
+
+
+def test_batches_cover_every_item_once_with_few_shapes():
     rng = np.random.default_rng(1)
     pairs = []
     for k in range(21):
@@ -121,7 +129,7 @@ def test_iterators_cover_every_item_once_with_few_shapes():
         chosen = seq([100 + k] + [1] * (n - 1), [0] + [1] * (n - 1))
         rejected = seq([100 + k] + [2] * (m - 1), [0] + [1] * (m - 1))
         pairs.append(TokenizedPair(chosen, rejected, 1.0, 0.0))
-    batches = list(iter_dpo_batches(pairs, pairs_per_batch=4, pad_id=PAD, seed=3))
+    batches = dpo_epoch(pairs, pairs_per_batch=4, seed=3)
     shapes = {b["input_ids"].shape for b in batches}
     assert shapes <= {(8, 128), (8, 256), (8, 512), (8, 1024)}
     seen = sorted(int(b["input_ids"][r, 0]) - 100 for b in batches for r in range(4) if b["pair_mask"][r])

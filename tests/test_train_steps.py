@@ -21,7 +21,7 @@ from train_fixtures import (
     with_reference,
 )
 
-from coevo_jax.train import OptimizerConfig, TrainConfig, attach_phase_reference
+from coevo_jax.train import OptimizerConfig
 
 GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
 # Adam's first update is lr * g / (|g| + eps): for |g| near eps = 1e-8, float32 round-off in the gradient
@@ -113,9 +113,7 @@ def test_dpo_raises_reward_accuracy_and_leaves_the_reference_alone(single):
     mesh, shardings, steps, rules = single
     state = fresh_state(shardings)
     initial_params = to_numpy(state.params)
-    [batch] = attach_phase_reference(
-        steps.reference, state.params, [placed(dpo_batch(3, real=7), mesh, rules)]
-    )
+    batch = with_reference(steps, state, placed(dpo_batch(3, real=7), mesh, rules))
     cached = to_numpy((batch["ref_chosen_logps"], batch["ref_rejected_logps"]))
     accuracies = []
     for _ in range(8):
@@ -146,14 +144,14 @@ def test_target_step_with_failure_weights_is_plain_dpo(single):
 
 def test_remat_gives_the_same_update(single_device_results):
     mesh = single_mesh()
-    remat_cfg = TrainConfig(compute_dtype="float32", remat=True).model_config(TINY)
+    remat_cfg = TINY.replace(dtype="float32", remat=True)
     _, shardings, steps, _, rules = setup(mesh, model_cfg=remat_cfg, return_grads=True)
     _assert_same_update(_run_all(mesh, steps, shardings, rules, kinds=()), single_device_results)
 
 
 def test_bfloat16_compute_keeps_float32_master_weights(single_device_results):
     mesh = single_mesh()
-    mixed = TrainConfig(compute_dtype="bfloat16", param_dtype="float32").model_config(TINY)
+    mixed = TINY.replace(dtype="bfloat16", param_dtype="float32")
     _, shardings, steps, _, rules = setup(mesh, model_cfg=mixed)
     state, metrics = steps.sft(
         fresh_state(shardings, model_cfg=mixed), placed(sft_batch(0, rows=16, real=13), mesh, rules)

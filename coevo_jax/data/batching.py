@@ -313,20 +313,3 @@ def iter_sft_batches(
         [len(e) for e in examples], batch_size, buckets, seed=seed, shuffle=shuffle
     ):
         yield collate_sft([examples[i] for i in indices], length=length, batch_size=batch_size, pad_id=pad_id)
-
-
-def iter_dpo_batches(
-    pairs: Sequence[TokenizedPair],
-    *,
-    pairs_per_batch: int,
-    pad_id: int,
-    buckets: Sequence[int] = DEFAULT_BUCKETS,
-    seed: int = 0,
-    shuffle: bool = True,
-) -> Iterator[dict[str, np.ndarray]]:
-    """One epoch of DPO batches; a pair's length is that of its longer side."""
-    plan = plan_batches([len(p) for p in pairs], pairs_per_batch, buckets, seed=seed, shuffle=shuffle)
-    for length, indices in plan:
-        yield collate_dpo(
-            [pairs[i] for i in indices], length=length, pairs_per_batch=pairs_per_batch, pad_id=pad_id
-        )

@@ -183,7 +183,7 @@ def _train(
     if manager.latest_step() is not None:
         target = abstract_state(setup.model_cfg, tx, shardings)
         state, position = checkpoints.restore(manager, target)
-        done = position.iteration * steps_per_epoch + position.step
+        done = position.epoch * steps_per_epoch + position.step
     else:
         state, done = train_state_from_params(jax.tree.map(jnp.copy, params), tx, shardings), 0
     metrics_log, last, history = MetricsLog(every=cfg.log_every_steps), None, []
@@ -202,7 +202,7 @@ def _train(
                     progress.set_postfix(loss=f"{host['loss']:.4f}")
                 progress.update(1)
                 if done % cfg.checkpoint_every_steps == 0 and done < total:
-                    position = checkpoints.LoopPosition(iteration=epoch, phase=spec.name, step=index + 1)
+                    position = checkpoints.LoopPosition(epoch=epoch, phase=spec.name, step=index + 1)
                     checkpoints.save(manager, done, state, position)
     finally:  # an interrupted phase still completes the checkpoint it started
         progress.close()
