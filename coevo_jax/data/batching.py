@@ -1,4 +1,4 @@
-"""Fixed-shape NumPy batches for SFT (eq. 5) and DPO / co-evolution (eq. 7, 9) training.
+"""Fixed-shape NumPy batches for SFT (eq. 3/5) and DPO / co-evolution (eq. 7, 9) training.
 
 Shapes come from a small frozen set so a jitted step compiles a few times only: the sequence length is
 the smallest bucket (default powers of two 128 ... 4096) that holds the longest row of the batch, and the

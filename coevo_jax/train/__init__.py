@@ -14,13 +14,14 @@ from coevo_jax.train.state import (
     state_shardings,
     train_state_from_params,
 )
-from coevo_jax.train.steps import PolicySteps, build_steps
+from coevo_jax.train.steps import PolicySteps, StepKind, build_steps
 
 __all__ = [
     "MetricsLog",
     "ObjectiveConfig",
     "OptimizerConfig",
     "PolicySteps",
+    "StepKind",
     "TrainState",
     "abstract_model",
     "abstract_state",
