@@ -148,7 +148,7 @@ def test_trajectory_file_to_weighted_dpo_batches(rollout_file, smollm2_gguf_path
         seen = []
         for batch in batches:
             for r in np.flatnonzero(batch["pair_mask"]):
-                chosen_row, rejected_row = r, r + 3
+                chosen_row, rejected_row = 2 * r, 2 * r + 1
                 scored = [
                     batch["targets"][row][batch["loss_mask"][row] == 1] for row in (chosen_row, rejected_row)
                 ]

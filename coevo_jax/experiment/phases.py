@@ -158,7 +158,7 @@ def _reference_logps(setup, store, spec: PhaseSpec, params, tokenized) -> tuple[
     plan = plan_batches([len(p) for p in tokenized], per_batch, _buckets(setup), seed=0, shuffle=False)
     for length, idx in plan:
         batch = collate_dpo([tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad)
-        batch = {k: v for k, v in batch.items() if k in steps.reference.keys or k == "pair_mask"}
+        batch = {k: v for k, v in batch.items() if k in steps.reference.keys}
         placed = _place(setup, batch)
         c, r = jax.device_get(steps.reference(params, placed))
         chosen[list(idx)] = np.asarray(c).reshape(-1)[: len(idx)]

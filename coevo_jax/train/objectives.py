@@ -9,7 +9,7 @@ micro-batch divided by the whole batch's normaliser (action tokens for eq. 3/5, 
 adding the shares and their gradients over micro-batches gives exactly the full-batch mean.
 
 Batches are in device layout (`coevo_jax.sharding.device_layout`), one micro-batch at a time: sequence
-entries [R, L]; DPO rows are pair-interleaved (chosen_0, rejected_0, chosen_1, ...), per-pair entries [P].
+entries [R, L]; DPO rows in `collate_dpo`'s layout (chosen_0, rejected_0, chosen_1, ...), per-pair entries [P].
 Log-probs come from hidden states a chunk of tokens at a time (never [R, L, V] logits at once).
 """
 
@@ -43,7 +43,10 @@ def token_logprobs(model: Decoder, batch: dict, chunk_size: int) -> jax.Array:
 
 
 def pair_logprobs(model: Decoder, batch: dict, chunk_size: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(chosen, rejected) sequence log-probs [P] (eq. 2/4) and chosen action-token counts [P]."""
+    """(chosen, rejected) sequence log-probs [P] (eq. 2/4) and chosen action-token counts [P].
+
+    Rows 2p and 2p + 1 are pair p's chosen and rejected sides (`coevo_jax.data.batching.collate_dpo`).
+    """
     seq_logps_R = losses.masked_sum(token_logprobs(model, batch, chunk_size), batch["loss_mask"])
     pairs_Px2 = seq_logps_R.reshape(-1, 2)
     token_counts_Px2 = jnp.sum(batch["loss_mask"].astype(jnp.float32), axis=-1).reshape(-1, 2)
