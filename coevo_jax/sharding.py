@@ -202,7 +202,7 @@ def activation_context(mesh: Mesh, rules: ShardingRules):
 
 
 def device_layout(batch: Mapping[str, np.ndarray], num_microbatches: int = 1) -> dict[str, np.ndarray]:
-    """A collated batch (`coevo_jax.data.batching`) split into K micro-batches: [rows, ...] -> [K, rows/K, ...].
+    """A collated batch (`coevo_jax.data.batching`) in K micro-batches: [rows, ...] -> [K, rows/K, ...].
 
     Rows keep their order, so each DPO micro-batch holds whole pairs (a pair's two rows are adjacent) and
     the per-pair entries of exactly those pairs; a pair count K does not divide is an error.

@@ -1,7 +1,7 @@
 """Trajectory data for coevo_jax: records, formats, chat rendering with action masks, preference pairs, batches.
 
 Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq. 6, eq. 8) ->
-`tokenize_pairs` (action masks, over-long policy) -> `plan_batches` + `collate_dpo` (bucketed [2B, L] batches).
+`tokenize_pairs` (action masks, over-long policy) -> `plan_batches` + `collate_dpo` (bucketed [2B, L]).
 
 * `records`: `Trajectory` / `Message` / `Turn`, lossless JSONL records, strict reader (`DataFormatError`,
   `skip_bad` with a `ReadReport`) and writer.
