@@ -100,9 +100,7 @@ def run_phase(steps, state, pairs, mesh, rules):
         chosen[indices], rejected[indices] = np.ravel(c), np.ravel(r)
     for epoch in range(anchor.PHASE_EPOCHS):
         for _, indices in plan_batches([LENGTH] * len(pairs), per_step, (LENGTH,), seed=epoch):
-            state, metrics = steps.failure_dpo(
-                state, _collate(pairs, indices, mesh, rules, (chosen, rejected))
-            )
+            state, metrics = steps.dpo(state, _collate(pairs, indices, mesh, rules, (chosen, rejected)))
         jax.device_get(metrics["loss"])
     return state
 
@@ -117,16 +115,16 @@ def bench_variant(dtype_name: str, warmup: int, timed: int, ceilings: dict) -> d
     batch = _collate(pairs, first, mesh, rules, (np.ravel(chosen), np.ravel(rejected)))
 
     start = time.perf_counter()
-    state, metrics = steps.failure_dpo(state, batch)
+    state, metrics = steps.dpo(state, batch)
     jax.block_until_ready(metrics)
     compile_s = time.perf_counter() - start
     for _ in range(max(warmup - 1, 0)):
-        state, metrics = steps.failure_dpo(state, batch)
+        state, metrics = steps.dpo(state, batch)
         jax.block_until_ready(metrics)
     times = []
     for _ in range(timed):
         start = time.perf_counter()
-        state, metrics = steps.failure_dpo(state, batch)
+        state, metrics = steps.dpo(state, batch)
         jax.block_until_ready(metrics)
         times.append(time.perf_counter() - start)
     step = anchor.summarize(times)

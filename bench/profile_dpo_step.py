@@ -50,14 +50,14 @@ def main() -> None:
         steps.reference(state.params, dpo_throughput._collate(pairs, first, mesh, rules))
     )
     batch = dpo_throughput._collate(pairs, first, mesh, rules, (np.ravel(chosen), np.ravel(rejected)))
-    names = _op_names(steps.failure_dpo.jitted.lower(state, batch).compile().as_text())
+    names = _op_names(steps.dpo.jitted.lower(state, batch).compile().as_text())
     for _ in range(2):
-        state, metrics = steps.failure_dpo(state, batch)
+        state, metrics = steps.dpo(state, batch)
         jax.block_until_ready(metrics)
     with tempfile.TemporaryDirectory() as trace_dir:
         jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
         for _ in range(args.steps):
-            state, metrics = steps.failure_dpo(state, batch)
+            state, metrics = steps.dpo(state, batch)
             jax.block_until_ready(metrics)
         jax.profiler.stop_trace()
         trace = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]

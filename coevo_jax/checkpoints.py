@@ -1,9 +1,10 @@
-"""Checkpoints of the co-evolution loop (Orbax) and export of a policy to a Hugging Face directory.
+"""Mid-phase checkpoints of a training phase (Orbax) and export of a policy to a Hugging Face directory.
 
-A checkpoint holds one `CoevoState` - both policies' parameters and optimizer states and the RNG key - plus
-the loop position (iteration, phase, step) as JSON. Saving is asynchronous and atomic (Orbax writes to a
-temporary directory and commits it when complete); restoring takes a target of ShapeDtypeStructs with
-shardings, which may belong to a different mesh than the one that saved.
+A checkpoint holds the `TrainState` of the policy being trained (parameters, optimizer state, step) plus
+where the phase's update loop stands (`LoopPosition`: epoch, phase, batch) as JSON. Saving is asynchronous
+and atomic (Orbax writes to a temporary directory and commits it when complete); restoring takes a target
+of ShapeDtypeStructs with shardings (`train.abstract_state`), which may belong to a different mesh than
+the one that saved.
 """
 
 from __future__ import annotations
@@ -13,16 +14,13 @@ import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 from jax.experimental import multihost_utils
 
 from coevo_jax.models import ModelConfig, save_pretrained
-from coevo_jax.sharding import replicated
-from coevo_jax.train.policies import CoevoState
-from coevo_jax.train.state import TrainState, abstract_model, abstract_state
+from coevo_jax.train.state import TrainState, abstract_model
 
 STATE_ITEM = "state"
 POSITION_ITEM = "position"
@@ -30,22 +28,24 @@ POSITION_ITEM = "position"
 
 @dataclasses.dataclass(frozen=True)
 class LoopPosition:
-    """Where the co-evolution loop stands: iteration, phase name (e.g. 'sft', 'failure', 'target'), step."""
+    """Where a training phase's update loop stands: its epoch, its stage name, batches done in the epoch."""
 
-    iteration: int = 0
-    phase: str = "sft"
-    step: int = 0
+    epoch: int
+    phase: str
+    step: int
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LoopPosition:
-        return cls(iteration=int(data["iteration"]), phase=str(data["phase"]), step=int(data["step"]))
+        # Checkpoints written before this field was named `epoch` stored the epoch as "iteration".
+        epoch = data["epoch"] if "epoch" in data else data["iteration"]
+        return cls(epoch=int(epoch), phase=str(data["phase"]), step=int(data["step"]))
 
 
 def make_manager(directory: str | os.PathLike, *, max_to_keep: int = 3, async_save: bool = True):
-    """An Orbax CheckpointManager for co-evolution checkpoints under `directory` (created if missing)."""
+    """An Orbax CheckpointManager for mid-phase checkpoints under `directory` (created if missing)."""
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True
     )
@@ -57,7 +57,7 @@ def make_manager(directory: str | os.PathLike, *, max_to_keep: int = 3, async_sa
 def save(
     manager: ocp.CheckpointManager,
     checkpoint_id: int,
-    state: CoevoState,
+    state: TrainState,
     position: LoopPosition,
     *,
     force: bool = True,
@@ -75,17 +75,9 @@ def save(
     )
 
 
-def abstract_coevo_state(model_cfg: ModelConfig, tx, shardings: TrainState) -> CoevoState:
-    """The restore target: shapes, dtypes and (new) shardings of both policies and the RNG key data."""
-    policy = abstract_state(model_cfg, tx, shardings)
-    mesh = jax.tree.leaves(shardings)[0].mesh
-    rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated(mesh))
-    return CoevoState(target=policy, failure=policy, rng=rng)
-
-
 def restore(
-    manager: ocp.CheckpointManager, target: CoevoState, checkpoint_id: int | None = None
-) -> tuple[CoevoState, LoopPosition]:
+    manager: ocp.CheckpointManager, target: TrainState, checkpoint_id: int | None = None
+) -> tuple[TrainState, LoopPosition]:
     """(state placed in `target`'s shardings, loop position) of a checkpoint (default: the latest)."""
     checkpoint_id = manager.latest_step() if checkpoint_id is None else checkpoint_id
     if checkpoint_id is None:

@@ -9,7 +9,8 @@ Masks: `loss_mask[b, t] = 1` means the log-prob of `targets[b, t]` counts, i.e. 
 token (assistant turn, its end-of-turn token included). It is not an attention mask: instruction and
 observation tokens are attended to but carry no loss.
 
-Paper equations: eq. 2/4 `sequence_logprobs`, eq. 5 `sft_loss`, eq. 7 `dpo_loss`, eq. 9 `coevo_loss`.
+Paper equations: eq. 2/4 `sequence_logprobs`, eq. 3/5 `sft_loss` (SFT), eq. 7 `dpo_loss` (DPO),
+eq. 9 `coevo_loss` (the target agent's weighted DPO + SFT, the paper's L_target).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def sequence_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array, loss_mask
 class SFTTerms(NamedTuple):
     """Summed negative log-likelihood and action-token count of a batch.
 
-    Adding these over micro-batches and dividing once gives the exact global per-token mean of eq. 5,
+    Adding these over micro-batches and dividing once gives the exact global per-token mean of eq. 3/5,
     which averaging per-micro-batch means does not when micro-batches hold different token counts.
     """
 
@@ -69,12 +70,16 @@ def sft_terms_from_token_logprobs(token_logps_BxT: jax.Array, loss_mask_BxT: jax
 
 
 def sft_terms(logits_BxTxV: jax.Array, targets_BxT: jax.Array, loss_mask_BxT: jax.Array) -> SFTTerms:
-    """(sum of NLL, token count) of eq. 5 over the action tokens of a batch."""
+    """(sum of NLL, token count) of eq. 3/5 over the action tokens of a batch."""
     return sft_terms_from_token_logprobs(token_logprobs(logits_BxTxV, targets_BxT), loss_mask_BxT)
 
 
 def sft_loss(logits_BxTxV: jax.Array, targets_BxT: jax.Array, loss_mask_BxT: jax.Array) -> jax.Array:
-    """Eq. 5: mean negative log-likelihood per action token (scalar)."""
+    """Eq. 3 (SFT) in the token form of eq. 5: mean negative log-likelihood per action token (scalar).
+
+    Eq. 5 sums over action tokens; the mean per action token keeps the scale independent of the batch's
+    trajectory lengths.
+    """
     return sft_terms(logits_BxTxV, targets_BxT, loss_mask_BxT).mean()
 
 
@@ -147,8 +152,8 @@ def coevo_loss(
 
     lambda_dpo/lambda_sft [B] are per-pair weights: (0.5, 0.5) for pairs with an expert side, (1.0, 0.0) for
     failure-failure pairs. The SFT term is -log pi(e_chosen|u); with `sft_per_token` (default) it is divided
-    by the chosen trajectory's action-token count so it is on the scale of eq. 5 and of the DPO term (as in
-    RPO-style auxiliary NLL); `sft_per_token=False` uses the literal sequence sum of eq. 9. `pair_mask` [B]
+    by the chosen trajectory's action-token count so it is on the scale of eq. 3/5 and of the DPO term (as
+    in RPO-style auxiliary NLL); `sft_per_token=False` uses the literal sequence sum of eq. 9. `pair_mask` [B]
     marks real pairs (1) against batch padding (0).
     """
     dpo = dpo_loss(

@@ -8,8 +8,8 @@ Everything here is data plus small pure functions; meshes are always passed in, 
   already uses 'fsdp'. A parameter dimension that does not divide its mesh axes is an error naming the
   parameter, never a silent replication.
 * Batches carry a leading micro-batch axis [K, rows, ...]; rows are sharded over the batch mesh axes.
-  DPO rows are pair-interleaved on device (chosen_0, rejected_0, chosen_1, ...) so that micro-batching and
-  multi-host feeding are plain reshapes/concatenations of whole pairs (`device_layout`).
+  DPO batches come from `coevo_jax.data.batching.collate_dpo` with each pair's two rows together, so
+  micro-batching and multi-host feeding are plain reshapes/concatenations of whole pairs (`device_layout`).
 """
 
 from __future__ import annotations
@@ -201,22 +201,12 @@ def activation_context(mesh: Mesh, rules: ShardingRules):
 # --- Host-side batch layout -----------------------------------------------------------------------------
 
 
-def interleave_pairs(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """DPO batch: rows [chosen_0..chosen_{B-1}, rejected_0..] -> [chosen_0, rejected_0, chosen_1, ...].
+def device_layout(batch: Mapping[str, np.ndarray], num_microbatches: int = 1) -> dict[str, np.ndarray]:
+    """A collated batch (`coevo_jax.data.batching`) in K micro-batches: [rows, ...] -> [K, rows/K, ...].
 
-    Per-pair arrays are unchanged. Interleaved, any contiguous block of rows holds whole pairs, which is
-    what micro-batching and per-process feeding need.
+    Rows keep their order, so each DPO micro-batch holds whole pairs (a pair's two rows are adjacent) and
+    the per-pair entries of exactly those pairs; a pair count K does not divide is an error.
     """
-    out = dict(batch)
-    for key in SEQUENCE_KEYS:
-        rows = np.asarray(batch[key])
-        half = rows.shape[0] // 2
-        out[key] = np.stack([rows[:half], rows[half:]], axis=1).reshape(rows.shape)
-    return out
-
-
-def split_microbatches(batch: Mapping[str, np.ndarray], num_microbatches: int) -> dict[str, np.ndarray]:
-    """Adds the leading micro-batch axis: [rows, ...] -> [K, rows / K, ...] for every entry."""
     out = {}
     for key, value in batch.items():
         value = np.asarray(value)
@@ -226,16 +216,6 @@ def split_microbatches(batch: Mapping[str, np.ndarray], num_microbatches: int) -
             )
         out[key] = value.reshape(num_microbatches, value.shape[0] // num_microbatches, *value.shape[1:])
     return out
-
-
-def device_layout(batch: Mapping[str, np.ndarray], num_microbatches: int = 1) -> dict[str, np.ndarray]:
-    """A collated batch (see `coevo_jax.data.batching`) in the layout the steps take.
-
-    DPO batches (recognised by `pair_mask`) are pair-interleaved first; every entry gets the micro-batch axis.
-    """
-    if "pair_mask" in batch:
-        batch = interleave_pairs(batch)
-    return split_microbatches(batch, num_microbatches)
 
 
 def place_batch(batch: Mapping[str, np.ndarray], mesh: Mesh, rules: ShardingRules) -> dict[str, jax.Array]:

@@ -1,4 +1,4 @@
-"""Orbax checkpoints of both policies restored onto another mesh, and Hugging Face export / sharded load."""
+"""Mid-phase Orbax checkpoints restored onto another mesh, and Hugging Face export / sharded load."""
 
 import jax
 import jax.numpy as jnp
@@ -9,13 +9,7 @@ from train_fixtures import MESHES, TINY, fresh_state, mesh_of, placed, setup, sf
 
 from coevo_jax import checkpoints
 from coevo_jax.models import load_pretrained
-from coevo_jax.train.policies import CoevoState, park
-from coevo_jax.train.state import load_sharded, train_state_from_params
-
-
-def _coevo(shardings) -> CoevoState:
-    rng = jax.random.key_data(jax.random.key(42))
-    return CoevoState(target=fresh_state(shardings), failure=fresh_state(shardings, seed=1), rng=rng)
+from coevo_jax.train.state import abstract_state, load_sharded, train_state_from_params
 
 
 def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
@@ -24,28 +18,25 @@ def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
     _, shardings_b, steps_b, _, _ = setup(mesh_b)
     batches = [sft_batch(seed, rows=16) for seed in range(3)]
 
-    state = _coevo(shardings_a)
+    state = fresh_state(shardings_a)
     for batch in batches[:2]:
-        target, _ = steps_a.sft(state.target, placed(batch, mesh_a, rules))
-        state = state.replace(target=target)
-    state = state.replace(failure=park(state.failure, shardings_a))  # idle policy in host memory
+        state, _ = steps_a.sft(state, placed(batch, mesh_a, rules))
     manager = checkpoints.make_manager(tmp_path / "ckpt")
-    position = checkpoints.LoopPosition(iteration=1, phase="target", step=2)
+    position = checkpoints.LoopPosition(epoch=1, phase="train/coevo_it1_target", step=2)
     checkpoints.save(manager, 2, state, position)
     manager.wait_until_finished()
     saved = to_numpy(state)
 
-    uninterrupted, metrics_a = steps_a.sft(state.target, placed(batches[2], mesh_a, rules))
+    uninterrupted, metrics_a = steps_a.sft(state, placed(batches[2], mesh_a, rules))
 
-    target = checkpoints.abstract_coevo_state(TINY, tx, shardings_b)
+    target = abstract_state(TINY, tx, shardings_b)
     restored, restored_position = checkpoints.restore(checkpoints.make_manager(tmp_path / "ckpt"), target)
     assert restored_position == position
-    assert restored.target.params["embed"].sharding == shardings_b.params["embed"]
-    # Both policies (the parked one back on device), RNG and steps, bit for bit.
-    assert {leaf.sharding.memory_kind for leaf in jax.tree.leaves(restored)} == {"device"}
+    assert restored.params["embed"].sharding == shardings_b.params["embed"]
+    # Parameters, optimizer state and step, bit for bit.
     jax.tree.map(np.testing.assert_array_equal, to_numpy(restored), saved)
 
-    resumed, metrics_b = steps_b.sft(restored.target, placed(batches[2], mesh_b, rules))
+    resumed, metrics_b = steps_b.sft(restored, placed(batches[2], mesh_b, rules))
     np.testing.assert_allclose(metrics_b["loss"], metrics_a["loss"], rtol=1e-5)
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
@@ -58,10 +49,7 @@ def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
 def test_restore_without_checkpoint_is_an_error(tmp_path):
     _, shardings, _, tx, _ = setup(mesh_of(MESHES["data8"]))
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        checkpoints.restore(
-            checkpoints.make_manager(tmp_path / "empty"),
-            checkpoints.abstract_coevo_state(TINY, tx, shardings),
-        )
+        checkpoints.restore(checkpoints.make_manager(tmp_path / "empty"), abstract_state(TINY, tx, shardings))
 
 
 def test_export_then_load_gives_the_same_logits_and_sharded_load_follows_the_rules(tmp_path):
@@ -97,5 +85,8 @@ def test_export_then_load_gives_the_same_logits_and_sharded_load_follows_the_rul
 
 
 def test_loop_position_json_round_trip():
-    position = checkpoints.LoopPosition(iteration=3, phase="failure", step=17)
+    position = checkpoints.LoopPosition(epoch=3, phase="train/coevo_it2_failure", step=17)
     assert checkpoints.LoopPosition.from_json(position.to_json()) == position
+    # A checkpoint written before the rename stored the epoch as "iteration".
+    old = {"iteration": 3, "phase": "train/coevo_it2_failure", "step": 17}
+    assert checkpoints.LoopPosition.from_json(old) == position

@@ -1,4 +1,4 @@
-"""Bucketed fixed-shape SFT/DPO batches: next-token alignment, chosen/rejected layout, padding, determinism."""
+"""Bucketed fixed-shape SFT/DPO batches: next-token alignment, the DPO pair layout, padding, determinism."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,6 @@ from coevo_jax.data.batching import (
     collate_dpo,
     collate_sft,
     fit_to_length,
-    iter_dpo_batches,
     iter_sft_batches,
     plan_batches,
     power_of_two_buckets,
@@ -76,7 +75,7 @@ def test_sft_batch_targets_are_next_tokens_and_loss_mask_is_aligned_with_targets
         assert scored.tolist() == example.input_ids[example.action_mask].tolist()
 
 
-def test_dpo_batch_holds_chosen_rows_then_rejected_rows():
+def test_dpo_batch_holds_each_pair_in_two_adjacent_rows():
     pairs = [
         TokenizedPair(seq([1, 2, 3], [0, 1, 1]), seq([1, 2, 4, 4], [0, 1, 1, 1]), 0.5, 0.5),
         TokenizedPair(seq([1, 5, 6], [0, 0, 1]), seq([1, 7], [0, 1]), 1.0, 0.0),
@@ -86,16 +85,16 @@ def test_dpo_batch_holds_chosen_rows_then_rejected_rows():
     assert batch["input_ids"].shape == batch["targets"].shape == batch["loss_mask"].shape == (8, 6)
     np.testing.assert_array_equal(
         batch["input_ids"][:, :3],
-        [[1, 2, 3], [1, 5, 6], [1, 8, 0], [1, 2, 3], [1, 2, 4], [1, 7, 0], [1, 9, 9], [1, 2, 4]],
+        [[1, 2, 3], [1, 2, 4], [1, 5, 6], [1, 7, 0], [1, 8, 0], [1, 9, 9], [1, 2, 3], [1, 2, 4]],
     )
     np.testing.assert_array_equal(batch["pair_mask"], [1, 1, 1, 0])
     np.testing.assert_array_equal(batch["lambda_dpo"], [0.5, 1.0, 1.0, 0.0])
     np.testing.assert_array_equal(batch["lambda_sft"], [0.5, 0.0, 0.0, 0.0])
-    assert batch["loss_mask"][[3, 7]].sum() == 0  # padding pair: tokens of pair 0, nothing scored
-    assert batch["attention_mask"][[3, 7]].sum() > 0  # ...but attention rows are never fully masked
-    counts = batch["loss_mask"].sum(axis=1)
-    np.testing.assert_array_equal(counts[:4], [2, 1, 1, 0])  # chosen action-token counts
-    np.testing.assert_array_equal(counts[4:], [3, 1, 3, 0])  # rejected
+    assert batch["loss_mask"][[6, 7]].sum() == 0  # padding pair: tokens of pair 0, nothing scored
+    assert batch["attention_mask"][[6, 7]].sum() > 0  # ...but attention rows are never fully masked
+    counts_Px2 = batch["loss_mask"].sum(axis=1).reshape(4, 2)  # the steps' view: (chosen, rejected) per pair
+    np.testing.assert_array_equal(counts_Px2[:, 0], [2, 1, 1, 0])  # chosen action-token counts
+    np.testing.assert_array_equal(counts_Px2[:, 1], [3, 1, 3, 0])  # rejected
 
 
 def test_plan_batches_is_a_seeded_partition_into_buckets():
@@ -113,7 +112,16 @@ def test_plan_batches_is_a_seeded_partition_into_buckets():
     assert in_order == [(128, (0, 2)), (128, (3, 4)), (512, (1, 5))]
 
 
-def test_iterators_cover_every_item_once_with_few_shapes():
+def dpo_epoch(pairs, *, pairs_per_batch, seed, buckets=DEFAULT_BUCKETS):
+    """One epoch of DPO batches as the training phases build them: a seeded plan, then collation."""
+    plan = plan_batches([len(p) for p in pairs], pairs_per_batch, buckets, seed=seed)
+    return [
+        collate_dpo([pairs[i] for i in idx], length=length, pairs_per_batch=pairs_per_batch, pad_id=PAD)
+        for length, idx in plan
+    ]
+
+
+def test_batches_cover_every_item_once_with_few_shapes():
     rng = np.random.default_rng(1)
     pairs = []
     for k in range(21):
@@ -121,13 +129,13 @@ def test_iterators_cover_every_item_once_with_few_shapes():
         chosen = seq([100 + k] + [1] * (n - 1), [0] + [1] * (n - 1))
         rejected = seq([100 + k] + [2] * (m - 1), [0] + [1] * (m - 1))
         pairs.append(TokenizedPair(chosen, rejected, 1.0, 0.0))
-    batches = list(iter_dpo_batches(pairs, pairs_per_batch=4, pad_id=PAD, seed=3))
+    batches = dpo_epoch(pairs, pairs_per_batch=4, seed=3)
     shapes = {b["input_ids"].shape for b in batches}
     assert shapes <= {(8, 128), (8, 256), (8, 512), (8, 1024)}
-    seen = sorted(int(b["input_ids"][r, 0]) - 100 for b in batches for r in range(4) if b["pair_mask"][r])
+    seen = sorted(int(b["input_ids"][2 * p, 0]) - 100 for b in batches for p in range(4) if b["pair_mask"][p])
     assert seen == list(range(21))
-    for b in batches:
-        np.testing.assert_array_equal(b["input_ids"][:4, 0], b["input_ids"][4:, 0])  # row r and r+B: one pair
+    for b in batches:  # rows 2p and 2p + 1 hold pair p
+        np.testing.assert_array_equal(b["input_ids"][0::2, 0], b["input_ids"][1::2, 0])
     sft = list(iter_sft_batches([p.chosen for p in pairs], batch_size=5, pad_id=PAD, seed=3))
     assert sum(int(b["example_mask"].sum()) for b in sft) == 21
     assert {b["input_ids"].shape[0] for b in sft} == {5}

@@ -187,7 +187,7 @@ def test_real_pairs_to_dpo_batch_scores_exactly_the_actions(formats):
     (tokenized,), report = tokenize_pairs([pair], tokenizer, chat_format, max_length=1024)
     assert (report.items, report.kept_whole, report.cut, report.dropped) == (1, 1, 0, 0)
     batch = collate_dpo([tokenized], length=1024, pairs_per_batch=2, pad_id=tokenizer.pad_token_id)
-    for row, source in ((0, expert), (2, failed)):
+    for row, source in ((0, expert), (1, failed)):  # rows 2p, 2p + 1: pair p's chosen and rejected sides
         scored = batch["targets"][row][batch["loss_mask"][row] == 1]
         assert scored.tolist().count(end_of_turn) == len(source.actions)
         assert tokenizer.decode(scored) == "<|im_end|>".join(source.actions) + "<|im_end|>"

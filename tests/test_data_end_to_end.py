@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from coevo_jax.data.batching import iter_dpo_batches, tokenize_pairs
+from coevo_jax.data.batching import collate_dpo, plan_batches, tokenize_pairs
 from coevo_jax.data.chat_format import ChatTemplateFormat
 from coevo_jax.data.pairs import (
     EXPERT_VS_FAILURE,
@@ -138,14 +138,17 @@ def test_trajectory_file_to_weighted_dpo_batches(rollout_file, smollm2_gguf_path
         by_actions = dict(expected_rows)
         assert len(by_actions) == len(expected_rows)  # each pair scores a distinct text
 
-        batches = list(
-            iter_dpo_batches(tokenized, pairs_per_batch=3, pad_id=tokenizer.pad_token_id, buckets=(176, 200))
-        )
+        plan = plan_batches([len(p) for p in tokenized], 3, (176, 200), seed=0)
+        pad = tokenizer.pad_token_id
+        batches = [
+            collate_dpo([tokenized[i] for i in idx], length=length, pairs_per_batch=3, pad_id=pad)
+            for length, idx in plan
+        ]
         assert {b["input_ids"].shape for b in batches} == {(6, 176), (6, 200)}  # two shapes only
         seen = []
         for batch in batches:
             for r in np.flatnonzero(batch["pair_mask"]):
-                chosen_row, rejected_row = r, r + 3
+                chosen_row, rejected_row = 2 * r, 2 * r + 1
                 scored = [
                     batch["targets"][row][batch["loss_mask"][row] == 1] for row in (chosen_row, rejected_row)
                 ]

@@ -19,6 +19,7 @@ from coevo_jax.experiment.report import load_results
 from coevo_jax.experiment.run import run
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.experiment.tensorboard import read_scalars
+from coevo_jax.train import StepKind
 
 CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
 
@@ -228,7 +229,7 @@ def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
     store = RunStore(str(tmp_path))
     cfg = setup.cfg.dpo
     new, summary = phases.dpo_phase(
-        setup, store, "dpo", params, pairs, kind="dpo", learning_rate=1e-3, beta=0.1, seed=0
+        setup, store, "dpo", params, pairs, kind=StepKind.DPO, learning_rate=1e-3, beta=0.1, seed=0
     )
     first = summary["history"][0]
     assert first["step"] == 1 and first["loss"] == pytest.approx(np.log(2.0), abs=1e-5)
@@ -262,7 +263,7 @@ def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
         "dpo",
         setup.base_params(0),
         pairs,
-        kind="dpo",
+        kind=StepKind.DPO,
         learning_rate=1e-3,
         beta=0.1,
         seed=0,

@@ -5,9 +5,10 @@ import ml_collections
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
-from train_fixtures import MESHES, TINY, dpo_batch, mesh_of, setup, sft_batch, single_mesh
+from train_fixtures import MESHES, PAD, TINY, dpo_batch, mesh_of, pairs, setup, sft_batch, single_mesh
 
 from coevo_jax import sharding
+from coevo_jax.data.batching import collate_dpo
 from coevo_jax.train.state import abstract_model, init_train_state
 
 
@@ -64,14 +65,25 @@ def test_fsdp_shrinks_per_device_state_bytes():
     assert max(per_device) > total / 8 * 0.99
 
 
-def test_dpo_device_layout_interleaves_pairs_and_splits_micro_batches():
-    batch = dpo_batch(0, pairs_per_batch=4)
+def test_dpo_layout_keeps_whole_pairs_in_every_micro_batch_and_shard():
+    """collate_dpo's rows 2p, 2p + 1 are pair p; micro-batches and data shards slice whole pairs from it."""
+    real = pairs(0, 8)
+    batch = collate_dpo(real, length=32, pairs_per_batch=8, pad_id=PAD)
     layout = sharding.device_layout(batch, num_microbatches=2)
-    assert layout["input_ids"].shape == (2, 4, 32) and layout["pair_mask"].shape == (2, 2)
-    # Micro-batch 1 holds pairs 2 and 3, each chosen row directly followed by its rejected row.
-    np.testing.assert_array_equal(layout["input_ids"][1, 0], batch["input_ids"][2])
-    np.testing.assert_array_equal(layout["input_ids"][1, 1], batch["input_ids"][4 + 2])
-    np.testing.assert_array_equal(layout["lambda_dpo"][1], batch["lambda_dpo"][2:])
+    assert layout["input_ids"].shape == (2, 8, 32) and layout["pair_mask"].shape == (2, 4)
+    for k in range(2):  # micro-batch k holds pairs 4k .. 4k + 3, each chosen row followed by its rejected row
+        for j, pair in enumerate(real[4 * k : 4 * k + 4]):
+            for row, side in ((2 * j, pair.chosen), (2 * j + 1, pair.rejected)):
+                np.testing.assert_array_equal(layout["input_ids"][k, row, : len(side)], side.input_ids)
+            assert layout["lambda_dpo"][k, j] == pair.lambda_dpo
+    placed = sharding.place_batch(layout, mesh_of(MESHES["cube2"]), sharding.ShardingRules())
+    rows_by_device = {s.device: s.index[1] for s in placed["input_ids"].addressable_shards}
+    for shard in placed["lambda_dpo"].addressable_shards:  # 4 row shards (data x fsdp) of one pair each
+        pair_rows = shard.index[1]
+        assert pair_rows.stop - pair_rows.start == 1
+        assert rows_by_device[shard.device] == slice(2 * pair_rows.start, 2 * pair_rows.stop)
+    with pytest.raises(ValueError, match="3 rows do not split into 2 micro-batches"):
+        sharding.device_layout(dpo_batch(0, pairs_per_batch=3), num_microbatches=2)
 
 
 def test_sft_layout_and_placement_shard_rows():

@@ -5,7 +5,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from coevo_jax.train import OptimizerConfig, dpo_config, eto_sft_config, make_optimizer, make_schedule
+from coevo_jax.train import OptimizerConfig, dpo_config, make_optimizer, make_schedule
 
 
 def test_cosine_with_linear_warmup():
@@ -24,9 +24,7 @@ def test_constant_with_warmup():
     np.testing.assert_allclose([schedule(0), schedule(2), schedule(4), schedule(1000)], [0, 5e-7, 1e-6, 1e-6])
 
 
-def test_presets_follow_the_papers():
-    sft = eto_sft_config(total_steps=1000)
-    assert (sft.learning_rate, sft.schedule, sft.warmup_steps) == (2e-5, "cosine", 30)
+def test_dpo_preset_follows_the_paper():
     assert dpo_config().learning_rate == 1e-6 and dpo_config(5e-7).schedule == "constant"
 
 

@@ -21,7 +21,7 @@ from train_fixtures import (
     with_reference,
 )
 
-from coevo_jax.train import OptimizerConfig, TrainConfig, attach_phase_reference
+from coevo_jax.train import OptimizerConfig, StepKind
 
 GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
 # Adam's first update is lr * g / (|g| + eps): for |g| near eps = 1e-8, float32 round-off in the gradient
@@ -39,23 +39,23 @@ def _assert_trees_close(actual, expected, **tol):
 def _assert_same_update(results, expected_results):
     for kind, (params, metrics) in results.items():
         expected_params, expected_metrics = expected_results[kind]
-        np.testing.assert_allclose(metrics["loss"], expected_metrics["loss"], rtol=1e-5, err_msg=kind)
-        _assert_trees_close(metrics["grads"], expected_metrics["grads"], **GRAD_TOL, err_msg=kind)
-        _assert_trees_close(params, expected_params, **PARAM_TOL, err_msg=kind)
+        np.testing.assert_allclose(metrics["loss"], expected_metrics["loss"], rtol=1e-5, err_msg=kind.value)
+        _assert_trees_close(metrics["grads"], expected_metrics["grads"], **GRAD_TOL, err_msg=kind.value)
+        _assert_trees_close(params, expected_params, **PARAM_TOL, err_msg=kind.value)
 
 
-def _run_all(mesh, steps, shardings, rules, num_microbatches=1, kinds=("target", "failure_dpo")):
-    """Params and metrics after one SFT step (eq. 5), then one target (eq. 9) and one failure DPO (eq. 7) step."""
+def _run_all(mesh, steps, shardings, rules, num_microbatches=1, kinds=(StepKind.COEVO, StepKind.DPO)):
+    """Params and metrics after one SFT step (eq. 3/5), then one coevo (eq. 9) and one DPO (eq. 7) step."""
     out = {}
     sft_b = placed(sft_batch(0, rows=16, real=13), mesh, rules, num_microbatches)
     state, metrics = steps.sft(fresh_state(shardings), sft_b)
-    out["sft"] = to_numpy((state.params, metrics))
+    out[StepKind.SFT] = to_numpy((state.params, metrics))
     for kind in kinds:
         state = fresh_state(shardings)
         dpo_b = with_reference(steps, state, placed(dpo_batch(1, real=7), mesh, rules, num_microbatches))
         # Move the policy away from its reference first, so DPO gradients are not at their symmetric point.
         state, _ = steps.sft(state, sft_b)
-        state, metrics = getattr(steps, kind)(state, dpo_b)
+        state, metrics = steps.step(kind)(state, dpo_b)
         out[kind] = to_numpy((state.params, metrics))
     return out
 
@@ -83,12 +83,12 @@ def test_sharded_steps_match_single_device(mesh_name, single_device_results):
 
 def test_micro_batches_accumulate_to_the_full_batch_update(single, single_device_results):
     mesh, shardings, steps, rules = single
-    accumulated = _run_all(mesh, steps, shardings, rules, num_microbatches=2, kinds=("target",))
+    accumulated = _run_all(mesh, steps, shardings, rules, num_microbatches=2, kinds=(StepKind.COEVO,))
     _assert_same_update(accumulated, single_device_results)
 
 
 def test_metrics_are_device_scalars(single_device_results):
-    _, metrics = single_device_results["target"]
+    _, metrics = single_device_results[StepKind.COEVO]
     for name in ("loss", "reward_accuracy", "reward_margin", "chosen_logps", "rejected_logps", "grad_norm"):
         assert np.shape(metrics[name]) == ()
     assert metrics["learning_rate"] == pytest.approx(OPT.learning_rate)
@@ -113,13 +113,11 @@ def test_dpo_raises_reward_accuracy_and_leaves_the_reference_alone(single):
     mesh, shardings, steps, rules = single
     state = fresh_state(shardings)
     initial_params = to_numpy(state.params)
-    [batch] = attach_phase_reference(
-        steps.reference, state.params, [placed(dpo_batch(3, real=7), mesh, rules)]
-    )
+    batch = with_reference(steps, state, placed(dpo_batch(3, real=7), mesh, rules))
     cached = to_numpy((batch["ref_chosen_logps"], batch["ref_rejected_logps"]))
     accuracies = []
     for _ in range(8):
-        state, metrics = steps.failure_dpo(state, batch)
+        state, metrics = steps.dpo(state, batch)
         accuracies.append(float(metrics["reward_accuracy"]))
     assert accuracies[0] == 0.0 and accuracies[-1] == 1.0 and float(metrics["reward_margin"]) > 0
     # The policy moved; the cached reference log-probs did not, and they still are the initial policy's.
@@ -132,32 +130,32 @@ def test_dpo_raises_reward_accuracy_and_leaves_the_reference_alone(single):
     _assert_trees_close(to_numpy(recomputed), cached)
 
 
-def test_target_step_with_failure_weights_is_plain_dpo(single):
+def test_coevo_step_with_failure_weights_is_plain_dpo(single):
     """Eq. 9 with (lambda_dpo, lambda_sft) = (1, 0) on every pair is eq. 7."""
     mesh, shardings, steps, rules = single
     raw = dpo_batch(1, real=7)
     raw["lambda_dpo"], raw["lambda_sft"] = raw["pair_mask"].copy(), 0.0 * raw["pair_mask"]
     batch = with_reference(steps, fresh_state(shardings), placed(raw, mesh, rules))
-    target_state, target_metrics = steps.target(fresh_state(shardings), batch)
-    dpo_state, dpo_metrics = steps.failure_dpo(fresh_state(shardings), batch)
-    np.testing.assert_allclose(target_metrics["loss"], dpo_metrics["loss"], rtol=1e-6)
-    _assert_trees_close(to_numpy(target_state.params), to_numpy(dpo_state.params), **PARAM_TOL)
+    coevo_state, coevo_metrics = steps.coevo(fresh_state(shardings), batch)
+    dpo_state, dpo_metrics = steps.dpo(fresh_state(shardings), batch)
+    np.testing.assert_allclose(coevo_metrics["loss"], dpo_metrics["loss"], rtol=1e-6)
+    _assert_trees_close(to_numpy(coevo_state.params), to_numpy(dpo_state.params), **PARAM_TOL)
 
 
 def test_remat_gives_the_same_update(single_device_results):
     mesh = single_mesh()
-    remat_cfg = TrainConfig(compute_dtype="float32", remat=True).model_config(TINY)
+    remat_cfg = TINY.replace(dtype="float32", remat=True)
     _, shardings, steps, _, rules = setup(mesh, model_cfg=remat_cfg, return_grads=True)
     _assert_same_update(_run_all(mesh, steps, shardings, rules, kinds=()), single_device_results)
 
 
 def test_bfloat16_compute_keeps_float32_master_weights(single_device_results):
     mesh = single_mesh()
-    mixed = TrainConfig(compute_dtype="bfloat16", param_dtype="float32").model_config(TINY)
+    mixed = TINY.replace(dtype="bfloat16", param_dtype="float32")
     _, shardings, steps, _, rules = setup(mesh, model_cfg=mixed)
     state, metrics = steps.sft(
         fresh_state(shardings, model_cfg=mixed), placed(sft_batch(0, rows=16, real=13), mesh, rules)
     )
     dtypes = {leaf.dtype for leaf in jax.tree.leaves((state.params, state.opt_state))}
     assert dtypes <= {np.dtype("float32"), np.dtype("int32")}
-    np.testing.assert_allclose(metrics["loss"], single_device_results["sft"][1]["loss"], rtol=2e-2)
+    np.testing.assert_allclose(metrics["loss"], single_device_results[StepKind.SFT][1]["loss"], rtol=2e-2)

@@ -13,14 +13,7 @@ from coevo_jax import sharding
 from coevo_jax.data.batching import TokenizedPair, collate_dpo, collate_sft
 from coevo_jax.data.chat_format import TokenizedTrajectory
 from coevo_jax.models import ModelConfig
-from coevo_jax.train import (
-    ObjectiveConfig,
-    OptimizerConfig,
-    attach_reference,
-    build_steps,
-    make_optimizer,
-    make_schedule,
-)
+from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
 from coevo_jax.train.state import abstract_model, init_train_state, state_shardings
 
 TINY = ModelConfig(
@@ -127,4 +120,4 @@ def placed(batch: dict, mesh, rules, num_microbatches: int = 1) -> dict:
 def with_reference(steps, state, batch: dict) -> dict:
     """A placed DPO batch with the reference log-probs of `state`'s current parameters attached."""
     chosen, rejected = steps.reference(state.params, batch)
-    return attach_reference(batch, chosen, rejected)
+    return {**batch, "ref_chosen_logps": chosen, "ref_rejected_logps": rejected}

@@ -1,7 +1,7 @@
 """Trajectory data for coevo_jax: records, formats, chat rendering with action masks, preference pairs, batches.
 
 Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq. 6, eq. 8) ->
-`tokenize_pairs` (action masks, over-long policy) -> `iter_dpo_batches` (bucketed [2B, L] batches).
+`tokenize_pairs` (action masks, over-long policy) -> `plan_batches` + `collate_dpo` (bucketed [2B, L]).
 
 * `records`: `Trajectory` / `Message` / `Turn`, lossless JSONL records, strict reader (`DataFormatError`,
   `skip_bad` with a `ReadReport`) and writer.
@@ -26,7 +26,6 @@ from coevo_jax.data.batching import (
     collate_dpo,
     collate_sft,
     fit_to_length,
-    iter_dpo_batches,
     iter_sft_batches,
     next_token_targets,
     plan_batches,
@@ -136,7 +135,6 @@ __all__ = [
     "fit_to_length",
     "icl_examples_to_trajectories",
     "intercode_episode_to_trajectory",
-    "iter_dpo_batches",
     "iter_sft_batches",
     "next_token_targets",
     "parse_record",

@@ -1,4 +1,4 @@
-"""Fixed-shape NumPy batches for SFT (eq. 5) and DPO / co-evolution (eq. 7, 9) training.
+"""Fixed-shape NumPy batches for SFT (eq. 3/5) and DPO / co-evolution (eq. 7, 9) training.
 
 Shapes come from a small frozen set so a jitted step compiles a few times only: the sequence length is
 the smallest bucket (default powers of two 128 ... 4096) that holds the longest row of the batch, and the
@@ -13,9 +13,12 @@ Alignment (the one convention every consumer must follow):
   `TokenizedTrajectory.action_mask` moved left by one. It is 0 wherever `targets` is padding.
 
 SFT batch (`collate_sft`): the above [B, L] plus `example_mask[B]` (1.0 real row, 0.0 padding row).
-DPO batch (`collate_dpo`): the above as [2B, L], rows 0..B-1 the chosen trajectories of pairs 0..B-1 and rows
-B..2B-1 the rejected ones in the same order (one forward scores both; split with `x[:B]`, `x[B:]`), plus
-per pair `lambda_dpo[B]`, `lambda_sft[B]`, `pair_mask[B]` (float32).
+DPO batch (`collate_dpo`): the above as [2B, L] with each pair's rows together, row 2p the chosen and row
+2p + 1 the rejected trajectory of pair p (one forward scores both; `x.reshape(B, 2)` gives (chosen,
+rejected) per pair), plus per pair `lambda_dpo[B]`, `lambda_sft[B]`, `pair_mask[B]` (float32). This is the
+one DPO layout: any block of consecutive pairs is a block of consecutive rows, so micro-batches, data
+shards and processes each take whole pairs by plain slicing (`coevo_jax.sharding.device_layout`,
+`place_batch`), and the train steps consume it as it is.
 
 Over-long trajectories (`fit_to_length`, default "cut_turns"): keep the prompt and cut whole turns from the
 end until the sequence fits `max_length`, so the last scored token is still an end-of-turn; a trajectory whose
@@ -264,11 +267,11 @@ def collate_sft(
 def collate_dpo(
     pairs: Sequence[TokenizedPair], *, length: int, pairs_per_batch: int, pad_id: int
 ) -> dict[str, np.ndarray]:
-    """[2 * pairs_per_batch, length] batch: chosen rows first, then rejected rows, same pair order."""
+    """[2 * pairs_per_batch, length] batch: rows 2p and 2p + 1 are pair p's chosen and rejected sides."""
     pair_mask = _real_flags(len(pairs), pairs_per_batch)
     padded = [*pairs, *[pairs[0]] * (pairs_per_batch - len(pairs))]
-    batch = _sequence_arrays([p.chosen for p in padded] + [p.rejected for p in padded], length, pad_id)
-    batch["loss_mask"] *= np.concatenate([pair_mask, pair_mask])[:, None]
+    batch = _sequence_arrays([side for p in padded for side in (p.chosen, p.rejected)], length, pad_id)
+    batch["loss_mask"] *= np.repeat(pair_mask, 2)[:, None]
     batch["lambda_dpo"] = np.asarray([p.lambda_dpo for p in padded], dtype=np.float32) * pair_mask
     batch["lambda_sft"] = np.asarray([p.lambda_sft for p in padded], dtype=np.float32) * pair_mask
     batch["pair_mask"] = pair_mask
@@ -313,20 +316,3 @@ def iter_sft_batches(
         [len(e) for e in examples], batch_size, buckets, seed=seed, shuffle=shuffle
     ):
         yield collate_sft([examples[i] for i in indices], length=length, batch_size=batch_size, pad_id=pad_id)
-
-
-def iter_dpo_batches(
-    pairs: Sequence[TokenizedPair],
-    *,
-    pairs_per_batch: int,
-    pad_id: int,
-    buckets: Sequence[int] = DEFAULT_BUCKETS,
-    seed: int = 0,
-    shuffle: bool = True,
-) -> Iterator[dict[str, np.ndarray]]:
-    """One epoch of DPO batches; a pair's length is that of its longer side."""
-    plan = plan_batches([len(p) for p in pairs], pairs_per_batch, buckets, seed=seed, shuffle=shuffle)
-    for length, indices in plan:
-        yield collate_dpo(
-            [pairs[i] for i in indices], length=length, pairs_per_batch=pairs_per_batch, pad_id=pad_id
-        )

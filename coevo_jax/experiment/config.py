@@ -61,7 +61,7 @@ class ModelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-    """Behavioural cloning (eq. 5): ETO's recipe by default (lr 2e-5 cosine, 3 epochs, 3% warmup)."""
+    """Behavioural cloning (eq. 3/5): ETO's recipe by default (lr 2e-5 cosine, 3 epochs, 3% warmup)."""
 
     epochs: int = 3
     learning_rate: float = 2e-5

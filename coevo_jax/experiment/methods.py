@@ -4,12 +4,12 @@ Every method returns its iterations as results.json entries (see `coevo_jax.expe
 iteration 0 is the SFT target policy's evaluation; each later iteration explores, builds pairs, trains
 and evaluates the new target policy.
 
-* `sft`: behavioural cloning only (iteration 0).
+* `sft`: behavioural cloning only (iteration 0; eq. 3/5).
 * `rft`: each iteration adds the policy's own successes on the train tasks to the expert set (all
   iterations' successes so far) and fine-tunes the current policy on it with the SFT recipe.
-* `eto`: explore with the target policy, pair the expert with each prediction, DPO (weights (1, 0)).
+* `eto`: explore with the target policy, pair the expert with each prediction, DPO (eq. 7).
 * `coevo`: both agents explore; the failure agent is trained by DPO on D_fail (eq. 6-7), the target
-  agent on D_tgt with eq. 9's weights.
+  agent on D_tgt (eq. 8) by eq. 9.
 * `coevo_positive`: the failure agent replaced by a "positive agent" that learns as ETO does; the target
   agent's D_tgt uses the positive agent's episodes in its place.
 * `coevo_frozen`: the failure agent stays the SFT policy (it explores afresh every iteration, never trains).
@@ -20,6 +20,7 @@ from __future__ import annotations
 from coevo_jax.data import pairs as pair_builders
 from coevo_jax.experiment.rollouts import usable
 from coevo_jax.experiment.stages import SFT_TARGET, Stages
+from coevo_jax.train import StepKind
 
 
 def _iteration(k: int, evaluation: dict, explore: dict | None = None, pairs=None, train=None) -> dict:
@@ -85,7 +86,7 @@ def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
             lambda explored=explored: pair_builders.build_eto_pairs(
                 stages.experts, usable(explored), max_pairs_per_task=stages.setup.cfg.dpo.max_pairs_per_task
             ),
-            kind="dpo",
+            kind=StepKind.DPO,
             iteration=k,
         )
         entry = _iteration(
@@ -101,34 +102,38 @@ def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
 
 
 def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "coevo") -> list[dict]:
-    """`variant`: 'coevo' (the paper), 'coevo_positive' or 'coevo_frozen' (the ablations)."""
-    target, second = SFT_TARGET, stages.base_sft("failure")
+    """`variant`: 'coevo' (the paper), 'coevo_positive' or 'coevo_frozen' (the ablations).
+
+    `failure` is the policy in the failure agent's seat: the failure agent, the positive agent of
+    'coevo_positive', or the SFT failure policy that 'coevo_frozen' never trains.
+    """
+    target, failure = SFT_TARGET, stages.base_sft("failure")
     cap = stages.setup.cfg.dpo.max_pairs_per_task
     within = stages.setup.cfg.dpo.include_within_agent
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
         target_eps, target_summary = stages.explore(target, k)
-        second_eps, second_summary = stages.explore(second, k)
-        target_eps, second_eps = usable(target_eps), usable(second_eps)
+        failure_eps, failure_summary = stages.explore(failure, k)
+        target_eps, failure_eps = usable(target_eps), usable(failure_eps)
         pairs, train = {}, {}
         if variant == "coevo":
-            second, record = stages.train_pairs(
+            failure, record = stages.train_pairs(
                 f"{variant}_it{k}_failure",
-                second,
-                lambda t=target_eps, f=second_eps: pair_builders.build_failure_pairs(
+                failure,
+                lambda t=target_eps, f=failure_eps: pair_builders.build_failure_pairs(
                     t, f, include_within_agent=within, max_pairs_per_task=cap
                 ),
-                kind="dpo",
+                kind=StepKind.DPO,
                 iteration=k,
             )
         elif variant == "coevo_positive":
-            second, record = stages.train_pairs(
+            failure, record = stages.train_pairs(
                 f"{variant}_it{k}_failure",
-                second,
-                lambda f=second_eps: pair_builders.build_positive_agent_pairs(
+                failure,
+                lambda f=failure_eps: pair_builders.build_positive_agent_pairs(
                     stages.experts, f, max_pairs_per_task=cap
                 ),
-                kind="dpo",
+                kind=StepKind.DPO,
                 iteration=k,
             )
         else:
@@ -138,15 +143,15 @@ def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "
         target, record = stages.train_pairs(
             f"{variant}_it{k}_target",
             target,
-            lambda t=target_eps, f=second_eps: pair_builders.build_target_pairs(
+            lambda t=target_eps, f=failure_eps: pair_builders.build_target_pairs(
                 stages.experts, t, f, max_pairs_per_task=cap
             ),
-            kind="target",
+            kind=StepKind.COEVO,
             iteration=k,
         )
         pairs["target"], train["target"] = _pair_summary(record), _train_summary(record)
         entry = _iteration(
-            k, stages.evaluate(target), {"target": target_summary, "failure": second_summary}, pairs, train
+            k, stages.evaluate(target), {"target": target_summary, "failure": failure_summary}, pairs, train
         )
         on_iteration(entry)
         history.append(entry)

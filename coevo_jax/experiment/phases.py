@@ -1,4 +1,4 @@
-"""Training phases of a run: SFT (eq. 5) on trajectories, DPO (ETO, eq. 7) or eq. 9 on preference pairs.
+"""Training phases of a run: SFT (eq. 3/5) on trajectories, DPO (eq. 7) or co-evolution (eq. 9) on pairs.
 
 Each phase starts a fresh AdamW state from its start parameters, walks `epochs` seeded shuffles of its
 bucketed batches, and saves a mid-phase checkpoint (TrainState + epoch/batch position) every
@@ -28,17 +28,24 @@ from coevo_jax.data.batching import (
 )
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
-from coevo_jax.train import MetricsLog, OptimizerConfig, abstract_state, dpo_config, train_state_from_params
+from coevo_jax.train import (
+    MetricsLog,
+    OptimizerConfig,
+    StepKind,
+    abstract_state,
+    dpo_config,
+    train_state_from_params,
+)
 
 REFERENCE_FILE = "reference_logps.npz"
 
 
 @dataclasses.dataclass(frozen=True)
 class PhaseSpec:
-    """What one phase trains: its stage name, step kind ('sft', 'dpo' or 'target'), optimizer and beta."""
+    """What one phase trains: its stage name, step kind, optimizer, beta, epochs and data-order seed."""
 
     name: str
-    kind: str
+    kind: StepKind
     optimizer: OptimizerConfig
     beta: float
     epochs: int
@@ -89,7 +96,7 @@ def sft_phase(
     optimizer = OptimizerConfig(
         learning_rate=cfg.sft.learning_rate, schedule="cosine", warmup_steps=warmup, total_steps=total
     )
-    spec = PhaseSpec(name, "sft", optimizer, 0.1, epochs, seed)
+    spec = PhaseSpec(name, StepKind.SFT, optimizer, 0.1, epochs, seed)
     params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch)
     return params, {**summary, "examples": len(examples), "fit": fit.to_dict()}
 
@@ -101,12 +108,12 @@ def dpo_phase(
     params: dict,
     pairs: Sequence,
     *,
-    kind: str,
+    kind: StepKind,
     learning_rate: float,
     beta: float,
     seed: int,
 ) -> tuple[dict, dict]:
-    """DPO ('dpo': ETO / eq. 7) or weighted DPO + SFT ('target': eq. 9) on `pairs` from `params`."""
+    """A `StepKind.DPO` (eq. 7) or `StepKind.COEVO` (eq. 9) phase on `pairs` from `params`."""
     cfg = setup.cfg
     tokenized, fit = tokenize_pairs(pairs, setup.tokenizer, setup.chat_format, max_length=cfg.max_length)
     if not tokenized:
@@ -151,7 +158,7 @@ def _reference_logps(setup, store, spec: PhaseSpec, params, tokenized) -> tuple[
     plan = plan_batches([len(p) for p in tokenized], per_batch, _buckets(setup), seed=0, shuffle=False)
     for length, idx in plan:
         batch = collate_dpo([tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad)
-        batch = {k: v for k, v in batch.items() if k in steps.reference.keys or k == "pair_mask"}
+        batch = {k: v for k, v in batch.items() if k in steps.reference.keys}
         placed = _place(setup, batch)
         c, r = jax.device_get(steps.reference(params, placed))
         chosen[list(idx)] = np.asarray(c).reshape(-1)[: len(idx)]
@@ -177,13 +184,13 @@ def _train(
     """
     cfg = setup.cfg
     steps, tx, shardings = setup.steps(spec.optimizer, spec.beta)
-    step_fn = {"sft": steps.sft, "dpo": steps.failure_dpo, "target": steps.target}[spec.kind]
+    step_fn = steps.step(spec.kind)
     manager = checkpoints.make_manager(store.scratch_dir(spec.name) + "/state", max_to_keep=1)
     total = total or spec.epochs * steps_per_epoch
     if manager.latest_step() is not None:
         target = abstract_state(setup.model_cfg, tx, shardings)
         state, position = checkpoints.restore(manager, target)
-        done = position.iteration * steps_per_epoch + position.step
+        done = position.epoch * steps_per_epoch + position.step
     else:
         state, done = train_state_from_params(jax.tree.map(jnp.copy, params), tx, shardings), 0
     metrics_log, last, history = MetricsLog(every=cfg.log_every_steps), None, []
@@ -202,7 +209,7 @@ def _train(
                     progress.set_postfix(loss=f"{host['loss']:.4f}")
                 progress.update(1)
                 if done % cfg.checkpoint_every_steps == 0 and done < total:
-                    position = checkpoints.LoopPosition(iteration=epoch, phase=spec.name, step=index + 1)
+                    position = checkpoints.LoopPosition(epoch=epoch, phase=spec.name, step=index + 1)
                     checkpoints.save(manager, done, state, position)
     finally:  # an interrupted phase still completes the checkpoint it started
         progress.close()
@@ -212,7 +219,7 @@ def _train(
     if last is not None:
         history.append(last)
     summary = {"steps": total, "epochs": spec.epochs, "learning_rate": spec.optimizer.learning_rate}
-    if spec.kind != "sft":
+    if spec.kind is not StepKind.SFT:
         summary["beta"] = spec.beta
     if last is not None:
         summary.update({f"final_{k}": v for k, v in last.items() if k not in ("step",)})

@@ -17,6 +17,7 @@ from coevo_jax.envs.base import Environment
 from coevo_jax.experiment import phases, rollouts
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
+from coevo_jax.train import StepKind
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class Stages:
         self._loaded = {name: params}
 
     def base_sft(self, agent: str) -> str:
-        """Behavioural cloning of the experts from the agent's own seed (eq. 5); returns 'sft_<agent>'."""
+        """Behavioural cloning of the experts from the agent's own seed (eq. 3/5); returns 'sft_<agent>'."""
         name = f"sft_{agent}"
 
         def run():
@@ -151,10 +152,10 @@ class Stages:
         start: str,
         make_pairs: Callable[[], PreferenceDataset],
         *,
-        kind: str,
+        kind: StepKind,
         iteration: int,
     ) -> tuple[str, dict]:
-        """A DPO phase ('dpo': ETO and eq. 7; 'target': eq. 9) of policy `start` saved as `name`."""
+        """A pair phase (`StepKind.DPO`: eq. 7; `StepKind.COEVO`: eq. 9) of policy `start` saved as `name`."""
         stage = f"train/{name}"
         dpo = self.setup.cfg.dpo
 

@@ -77,15 +77,6 @@ class RunStore:
                 "use a new --workdir or the original config"
             )
 
-    def done(self, name: str) -> bool:
-        return name in self._stages
-
-    def record(self, name: str) -> Any:
-        return self._stages[name]
-
-    def records(self) -> dict[str, Any]:
-        return dict(self._stages)
-
     def stage(self, name: str, run: Callable[[], Any]) -> Any:
         """The record of stage `name`: stored if it is done, else `run()`'s (then stored)."""
         if name not in self._stages:

@@ -119,10 +119,6 @@ class ModelActor:
             "seed": self.seed,
         }
 
-    def set_params(self, params) -> None:
-        """Samples from new parameters from the next submit on (e.g. after a training phase)."""
-        self.params = params
-
     def context(self, slot: int) -> tuple[list[int], list[tuple[int, int]]]:
         """The tokens the slot's current (or last) episode was conditioned on, and its replies' spans."""
         context = self._slots[slot]

@@ -1,15 +1,15 @@
-"""Per-micro-batch objectives of the three training phases, built only from `coevo_jax.losses`.
+"""Per-micro-batch objectives of the three train steps, built only from `coevo_jax.losses`.
 
-* `sft_objective`: eq. 5, behavioural cloning on expert trajectories;
-* `failure_dpo_objective`: eq. 7, plain DPO of the failure agent on failure-failure pairs;
-* `target_objective`: eq. 9, per-pair weighted DPO plus auxiliary SFT on the chosen side (target agent).
+* `sft_objective`: eq. 3 in its token form eq. 5, behavioural cloning (base policies, RFT);
+* `dpo_objective`: eq. 7, DPO (the failure agent on D_fail; ETO and the positive agent on expert pairs);
+* `coevo_objective`: eq. 9, per-pair weighted DPO plus auxiliary SFT on the chosen side (the target agent).
 
 Each returns (this micro-batch's share of the batch loss, metric sums). The share is a *sum* over the
-micro-batch divided by the whole batch's normaliser (action tokens for eq. 5, valid pairs for eq. 7/9), so
+micro-batch divided by the whole batch's normaliser (action tokens for eq. 3/5, valid pairs for eq. 7/9), so
 adding the shares and their gradients over micro-batches gives exactly the full-batch mean.
 
 Batches are in device layout (`coevo_jax.sharding.device_layout`), one micro-batch at a time: sequence
-entries [R, L]; DPO rows are pair-interleaved (chosen_0, rejected_0, chosen_1, ...), per-pair entries [P].
+entries [R, L]; DPO rows in `collate_dpo`'s layout (chosen_0, rejected_0, chosen_1, ...), per-pair entries [P].
 Log-probs come from hidden states a chunk of tokens at a time (never [R, L, V] logits at once).
 """
 
@@ -43,7 +43,10 @@ def token_logprobs(model: Decoder, batch: dict, chunk_size: int) -> jax.Array:
 
 
 def pair_logprobs(model: Decoder, batch: dict, chunk_size: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(chosen, rejected) sequence log-probs [P] (eq. 2/4) and chosen action-token counts [P]."""
+    """(chosen, rejected) sequence log-probs [P] (eq. 2/4) and chosen action-token counts [P].
+
+    Rows 2p and 2p + 1 are pair p's chosen and rejected sides (`coevo_jax.data.batching.collate_dpo`).
+    """
     seq_logps_R = losses.masked_sum(token_logprobs(model, batch, chunk_size), batch["loss_mask"])
     pairs_Px2 = seq_logps_R.reshape(-1, 2)
     token_counts_Px2 = jnp.sum(batch["loss_mask"].astype(jnp.float32), axis=-1).reshape(-1, 2)
@@ -51,7 +54,7 @@ def pair_logprobs(model: Decoder, batch: dict, chunk_size: int) -> tuple[jax.Arr
 
 
 def sft_objective(model: Decoder, batch: dict, total_tokens: jax.Array, cfg: ObjectiveConfig):
-    """Eq. 5: summed action-token NLL of the micro-batch / action tokens of the whole batch."""
+    """Eq. 3/5: summed action-token NLL of the micro-batch / action tokens of the whole batch."""
     terms = losses.sft_terms_from_token_logprobs(
         token_logprobs(model, batch, cfg.logprob_chunk_size), batch["loss_mask"]
     )
@@ -72,7 +75,7 @@ def _pair_sums(dpo: losses.DPOOutput, chosen, rejected, mask) -> dict[str, jax.A
     }
 
 
-def failure_dpo_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig):
+def dpo_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig):
     """Eq. 7: DPO against cached reference log-probs, summed over valid pairs / valid pairs of the batch."""
     chosen, rejected, _ = pair_logprobs(model, batch, cfg.logprob_chunk_size)
     dpo = losses.dpo_loss(chosen, rejected, batch["ref_chosen_logps"], batch["ref_rejected_logps"], cfg.beta)
@@ -80,7 +83,7 @@ def failure_dpo_objective(model: Decoder, batch: dict, total_pairs: jax.Array, c
     return sums["dpo_loss_sum"] / total_pairs, sums
 
 
-def target_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig):
+def coevo_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig):
     """Eq. 9: lambda_dpo * DPO + lambda_sft * chosen NLL per pair, summed / valid pairs of the batch."""
     chosen, rejected, chosen_counts = pair_logprobs(model, batch, cfg.logprob_chunk_size)
     out = losses.coevo_loss(
@@ -97,5 +100,6 @@ def target_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: O
     )
     sums = _pair_sums(out.dpo, chosen, rejected, batch["pair_mask"])
     sums["sft_nll_sum"] = jnp.sum(jnp.where(batch["pair_mask"] > 0, out.sft_nll, 0.0))
+    # The paper calls eq. 9 L_target; results.json records it as `final_target_loss`.
     sums["target_loss_sum"] = jax.lax.stop_gradient(out.loss_sum)
     return out.loss_sum / total_pairs, sums

@@ -1,7 +1,8 @@
 """AdamW with global-norm clipping and the two learning-rate schedules of the paper's phases.
 
-* SFT (behavioural cloning, eq. 5): cosine decay after a linear warmup; ETO uses lr 2e-5 for 3 epochs.
-* DPO phases (eq. 7 failure agent, eq. 9 target agent): constant after a linear warmup (lr 1e-6 / 5e-7).
+* SFT (behavioural cloning, eq. 3/5): cosine decay after a linear warmup; ETO uses lr 2e-5 for 3 epochs.
+* DPO phases (eq. 7: ETO and the failure agent; eq. 9: the target agent): constant after a linear warmup
+  (lr 1e-6 / 5e-7).
 
 Weight decay applies to matrices only (kernels, embeddings), not to norm scales or biases.
 """
@@ -49,16 +50,6 @@ class OptimizerConfig:
     def from_mapping(cls, config: Mapping[str, Any]) -> OptimizerConfig:
         """From a ConfigDict/dict with (a subset of) the field names."""
         return dataclass_from_mapping(cls, config, "optimizer")
-
-
-def eto_sft_config(total_steps: int, warmup_ratio: float = 0.03) -> OptimizerConfig:
-    """The ETO behavioural-cloning recipe: lr 2e-5, cosine, 3% warmup, no weight decay, clip 1.0."""
-    return OptimizerConfig(
-        learning_rate=2e-5,
-        schedule="cosine",
-        warmup_steps=int(warmup_ratio * total_steps),
-        total_steps=total_steps,
-    )
 
 
 def dpo_config(learning_rate: float = 1e-6, warmup_steps: int = 0) -> OptimizerConfig:

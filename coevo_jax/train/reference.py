@@ -35,17 +35,3 @@ def reference_logprobs(
             lambda micro_batch: pair_logprobs(model, micro_batch, cfg.logprob_chunk_size)[:2], batch
         )
     return chosen, rejected
-
-
-def attach_reference(batch: dict, chosen: jax.Array, rejected: jax.Array) -> dict:
-    """The batch with its reference log-probs added (the inputs are not modified)."""
-    return {**batch, "ref_chosen_logps": chosen, "ref_rejected_logps": rejected}
-
-
-def attach_phase_reference(reference_step, params: dict, batches) -> list[dict]:
-    """Every (placed, device-layout) batch of a phase with the reference log-probs of `params`.
-
-    Call it before the phase's first update, with all batches the phase will see (every epoch's), since
-    the reference is the policy as the phase starts.
-    """
-    return [attach_reference(batch, *reference_step(params, batch)) for batch in batches]

@@ -13,6 +13,7 @@ update as one batch of k times the size.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 from collections.abc import Callable
 
@@ -31,12 +32,7 @@ from coevo_jax.sharding import (
     compute_shardings,
     replicated,
 )
-from coevo_jax.train.objectives import (
-    ObjectiveConfig,
-    failure_dpo_objective,
-    sft_objective,
-    target_objective,
-)
+from coevo_jax.train.objectives import ObjectiveConfig, coevo_objective, dpo_objective, sft_objective
 from coevo_jax.train.reference import reference_logprobs
 from coevo_jax.train.state import TrainState, bind
 
@@ -47,7 +43,7 @@ Objective = Callable  # (model, micro_batch, normaliser, ObjectiveConfig) -> (lo
 
 
 def sft_normaliser(batch: dict) -> jax.Array:
-    """Action tokens of the whole batch (all micro-batches): the denominator of eq. 5."""
+    """Action tokens of the whole batch (all micro-batches): the denominator of the per-token eq. 3/5."""
     return jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
 
 
@@ -169,18 +165,30 @@ class JittedStep:
         return self.jitted._cache_size()
 
 
+class StepKind(enum.Enum):
+    """The three train steps, one per training equation of the paper (the value names the step)."""
+
+    SFT = "sft"  # eq. 3 (token form eq. 5): behavioural cloning; base policies and RFT
+    DPO = "dpo"  # eq. 7: DPO; the failure agent on D_fail, ETO and the positive agent on expert pairs
+    COEVO = "coevo"  # eq. 9: per-pair weighted DPO + SFT on the chosen side; the target agent on D_tgt
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class PolicySteps:
     """The compiled programs shared by the policies of one architecture on one mesh.
 
-    `sft` (eq. 5), `failure_dpo` (eq. 7) and `target` (eq. 9) map (TrainState, batch) -> (TrainState,
-    metrics) and donate the state; `reference` maps (params, batch) -> (chosen, rejected) log-probs [K, P].
+    `sft` (eq. 3/5), `dpo` (eq. 7) and `coevo` (eq. 9) map (TrainState, batch) -> (TrainState, metrics)
+    and donate the state; `reference` maps (params, batch) -> (chosen, rejected) log-probs [K, P].
     """
 
     sft: JittedStep
-    failure_dpo: JittedStep
-    target: JittedStep
+    dpo: JittedStep
+    coevo: JittedStep
     reference: JittedStep
+
+    def step(self, kind: StepKind) -> JittedStep:
+        """The train step of `kind`."""
+        return {StepKind.SFT: self.sft, StepKind.DPO: self.dpo, StepKind.COEVO: self.coevo}[kind]
 
 
 def _batch_shardings(keys: tuple[str, ...], mesh: Mesh, rules: ShardingRules) -> dict[str, NamedSharding]:
@@ -244,7 +252,7 @@ def build_steps(
     )
     return PolicySteps(
         sft=jit_step(sft_objective, sft_normaliser, SFT_KEYS),
-        failure_dpo=jit_step(failure_dpo_objective, pair_normaliser, DPO_KEYS),
-        target=jit_step(target_objective, pair_normaliser, DPO_KEYS),
+        dpo=jit_step(dpo_objective, pair_normaliser, DPO_KEYS),
+        coevo=jit_step(coevo_objective, pair_normaliser, DPO_KEYS),
         reference=JittedStep(reference, SEQUENCE_KEYS),
     )
