@@ -10,6 +10,7 @@ import os
 
 from coevo_jax.data.records import Trajectory, read_trajectories, write_trajectories
 from coevo_jax.envs.base import Environment
+from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.config import EnvConfig
 
 EXPERTS_FILE = "experts.jsonl"
@@ -35,7 +36,6 @@ def load_or_generate_experts(env: Environment, spec: EnvConfig, workdir: str) ->
     if os.path.exists(path):
         return read_trajectories(path)
     experts = generate_experts(env, spec)
-    tmp = os.path.join(workdir, ".experts.tmp.jsonl")
-    write_trajectories(tmp, experts)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        write_trajectories(tmp, experts)
     return experts

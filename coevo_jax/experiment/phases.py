@@ -26,6 +26,7 @@ from coevo_jax.data.batching import (
     tokenize_pairs,
     tokenize_sft_examples,
 )
+from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.train import (
@@ -163,9 +164,8 @@ def _reference_logps(setup, store, spec: PhaseSpec, params, tokenized) -> tuple[
         c, r = jax.device_get(steps.reference(params, placed))
         chosen[list(idx)] = np.asarray(c).reshape(-1)[: len(idx)]
         rejected[list(idx)] = np.asarray(r).reshape(-1)[: len(idx)]
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, chosen=chosen, rejected=rejected)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        np.savez(tmp, chosen=chosen, rejected=rejected)
     return chosen, rejected
 
 

@@ -19,6 +19,7 @@ from transformers import AutoTokenizer
 
 from coevo_jax import sharding
 from coevo_jax.data.chat_format import chat_format_for
+from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.models import ModelConfig
 from coevo_jax.models.bundled import smollm2_gguf_path
@@ -142,9 +143,8 @@ def _tokenizer_for_scratch(workdir: str, experts, vocab_size: int):
     if os.path.isdir(path):
         return AutoTokenizer.from_pretrained(path)
     tokenizer = train_tokenizer_for_trajectories(experts, vocab_size=vocab_size)
-    tmp = path + ".tmp"
-    tokenizer.save_pretrained(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tokenizer.save_pretrained(tmp)
     return tokenizer
 
 

@@ -22,13 +22,14 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from coevo_jax.experiment.atomic import atomic_path
 
 RESULTS_FILE = "results.json"
 SPLIT_LABELS = {"test_seen": "Seen", "test_unseen": "Unseen"}
@@ -294,17 +295,10 @@ def details_markdown(results: Mapping | Sequence[Mapping]) -> str:
 
 
 def _atomic_write(path: str | os.PathLike, write: Callable[[object], None], mode: str = "w") -> Path:
-    """Call `write(file)` on a temporary file next to `path`, then rename it over `path`."""
-    path = Path(path)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, mode) as file:
-            write(file)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Call `write(file)` on a file opened in `mode` whose content replaces `path` atomically."""
+    with atomic_path(path) as tmp, open(tmp, mode) as file:
+        write(file)
+    return Path(path)
 
 
 def _save_png(figure: Figure, path: str | os.PathLike) -> Path:

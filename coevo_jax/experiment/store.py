@@ -3,8 +3,8 @@
 A run is a sequence of named stages (an SFT phase, one exploration, one evaluation, ...). A stage is done
 once its record is in `stages.json`; rerunning the same command skips done stages and reuses their outputs,
 so work is never redone. Records are written after the stage's outputs (policy checkpoints, trajectory
-files) are complete, and every file write is atomic (temporary file + rename), so a kill at any moment
-leaves either the old or the new state, never half of one.
+files) are complete, and every file write is atomic (`atomic.atomic_path`: a temporary, then a rename), so
+a kill at any moment leaves either the old or the new state, never half of one.
 """
 
 from __future__ import annotations
@@ -12,28 +12,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import orbax.checkpoint as ocp
+
+from coevo_jax.experiment.atomic import atomic_path
 
 STAGES_FILE = "stages.json"
 CONFIG_FILE = "config.json"
 
 
 def write_json_atomic(path: str, data: Any) -> None:
-    """Writes `data` as JSON to `path` via a temporary file in the same directory and a rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Writes `data` as JSON to `path` (parent directories created) through `atomic_path`."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=False)
 
 
 def read_json(path: str) -> Any:
