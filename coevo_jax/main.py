@@ -24,9 +24,9 @@ def main(argv) -> None:
     import jax
 
     from coevo_jax import sharding
-    from coevo_jax.experiment import report
     from coevo_jax.experiment.config import ExperimentConfig
     from coevo_jax.experiment.run import run
+    from coevo_jax.experiment.tables import table_markdown
 
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax reports every save at INFO
@@ -40,7 +40,7 @@ def main(argv) -> None:
         jax.devices()[0].platform,
     )
     results = run(ExperimentConfig.from_mapping(_CONFIG.value), _WORKDIR.value)
-    print(report.table_markdown(results))
+    print(table_markdown(results))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from coevo_jax.experiment import phases, rollouts
 from coevo_jax.experiment.config import METHOD_TITLES, METHODS, ExperimentConfig
 from coevo_jax.experiment.experts import generate_experts
 from coevo_jax.experiment.policy import build_setup
-from coevo_jax.experiment.report import load_results
+from coevo_jax.experiment.results import load_results
 from coevo_jax.experiment.run import run
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.experiment.tensorboard import read_scalars

@@ -16,19 +16,16 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from coevo_jax.experiment.report import (
-    aggregate_runs,
-    details_markdown,
+from coevo_jax.experiment.figures import (
     failure_analysis_figure,
     failure_series,
-    final_scores,
     plot_failure_analysis,
     plot_reward_curves,
     reward_curves_figure,
-    table_markdown,
-    table_markdown_mean_std,
-    write_reports,
 )
+from coevo_jax.experiment.report import write_reports
+from coevo_jax.experiment.results import aggregate_runs, final_scores
+from coevo_jax.experiment.tables import details_markdown, table_markdown, table_markdown_mean_std
 from coevo_jax.experiment.tensorboard import ScalarWriter, read_scalars
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

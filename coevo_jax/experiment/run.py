@@ -20,6 +20,7 @@ from coevo_jax.experiment.config import METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
 from coevo_jax.experiment.methods import METHOD_RUNNERS
 from coevo_jax.experiment.policy import build_setup
+from coevo_jax.experiment.results import RESULTS_FILE
 from coevo_jax.experiment.stages import Stages
 from coevo_jax.experiment.store import RunStore, write_json_atomic
 from coevo_jax.experiment.tensorboard import ScalarWriter
@@ -93,7 +94,7 @@ def run(cfg: ExperimentConfig, workdir: str) -> dict:
             **{f"{s}_tasks": len(t) for s, t in eval_tasks.items()},
         },
     }
-    results_path = os.path.join(store.workdir, report.RESULTS_FILE)
+    results_path = os.path.join(store.workdir, RESULTS_FILE)
     with ScalarWriter(os.path.join(store.workdir, "tensorboard")) as writer:
         stages = Stages(
             setup,

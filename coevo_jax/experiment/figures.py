@@ -1,0 +1,198 @@
+"""The paper's Figure 2 and Figure 3 from one or several runs' results, as matplotlib figures and PNGs.
+
+* `reward_curves_figure` / `plot_reward_curves` (Figure 3): average reward across iterations, one panel
+  per split.
+* `failure_analysis_figure` / `plot_failure_analysis` (Figure 2): failures produced per iteration and
+  their mean reward.
+
+With several runs (seeds) every point or bar is their mean with ± 1 sample std as an error bar. PNGs are
+written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from coevo_jax.experiment.atomic import atomic_path
+from coevo_jax.experiment.results import (
+    agent_label,
+    as_runs,
+    percent,
+    sample_stat,
+    seeds_note,
+    sorted_iterations,
+    split_label,
+)
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _save_png(figure: Figure, path: str | os.PathLike) -> Path:
+    FigureCanvasAgg(figure)
+    with atomic_path(path) as tmp, open(tmp, "wb") as file:
+        figure.savefig(file, format="png", dpi=120)
+    return Path(path)
+
+
+def _no_data(ax, message: str) -> None:
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample std (0 for a single value): error bars from `sample_stat`."""
+    stat = sample_stat(values)
+    return stat["mean"], stat["std"] or 0.0
+
+
+def reward_curves_figure(results: Mapping | Sequence[Mapping]) -> Figure:
+    """Figure 3: average reward x100 per iteration, one panel per split with data, one line per method.
+
+    With several runs (seeds) each point is their mean, with ± 1 std as error bars. A method evaluated only
+    at iteration 0 (SFT) is a horizontal dashed line (its std a shaded band).
+    """
+    runs = as_runs(results)
+    first = runs[0]
+    names = list(first["methods"])
+    splits = [
+        s
+        for s in first["splits"]
+        if any(
+            s in (it.get("eval") or {})
+            for run in runs
+            for m in run["methods"].values()
+            for it in sorted_iterations(m)
+        )
+    ]
+    figure = Figure(figsize=(5.0 * max(len(splits), 1), 4.0), layout="constrained")
+    axes = figure.subplots(1, max(len(splits), 1), squeeze=False)[0]
+    if not splits:
+        _no_data(axes[0], "no evaluation data")
+        return figure
+    for ax, split in zip(axes, splits, strict=True):
+        for index, name in enumerate(names):
+            per_iteration: dict[int, list[float]] = {}
+            for run in runs:
+                for it in sorted_iterations(run["methods"].get(name) or {}):
+                    value = percent(it.get("eval") or {}, split, "avg_reward")
+                    if value is not None:
+                        per_iteration.setdefault(it["iteration"], []).append(value)
+            points = [(i, *_mean_std(v)) for i, v in sorted(per_iteration.items())]
+            style = {"color": f"C{index % 10}", "label": name}
+            if points and all(iteration == 0 for iteration, _, _ in points):
+                _, mean, std = points[-1]
+                ax.axhline(mean, linestyle="--", **style)
+                if std > 0:
+                    ax.axhspan(mean - std, mean + std, color=style["color"], alpha=0.1)
+            elif points:
+                xs, ys, errs = zip(*points, strict=True)
+                marker = MARKERS[index % len(MARKERS)]
+                if len(runs) > 1:
+                    ax.errorbar(xs, ys, yerr=errs, marker=marker, capsize=3, **style)
+                else:
+                    ax.plot(xs, ys, marker=marker, **style)
+        ax.set_title(split_label(split))
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("average reward (×100)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3), fontsize="small")
+    figure.suptitle(f"Average reward across iterations ({first.get('env', '?')}{seeds_note(runs)})")
+    return figure
+
+
+def plot_reward_curves(results: Mapping | Sequence[Mapping], path: str | os.PathLike) -> Path:
+    """Write Figure 3 (reward curves) as a PNG at `path`."""
+    return _save_png(reward_curves_figure(results), path)
+
+
+def failure_series(results: Mapping) -> list[tuple[str, dict[int, Mapping]]]:
+    """(label, {iteration: explore stats}) per (method, agent) that explored at some iteration >= 1.
+
+    The stats are those on the train tasks the SFT policy failed (`on_sft_failed_tasks`, the paper's Figure
+    2) where the run recorded them, else those on every explored task.
+    """
+    series = []
+    for name, method in results["methods"].items():
+        agents: dict[str, dict[int, Mapping]] = {}
+        for it in sorted_iterations(method):
+            if it["iteration"] >= 1:
+                for agent, stats in (it.get("explore") or {}).items():
+                    if stats:
+                        stats = stats.get("on_sft_failed_tasks", stats)
+                        agents.setdefault(agent, {})[it["iteration"]] = stats
+        order = sorted(agents, key=lambda agent: (agent != "target", agent != "failure", agent))
+        series += [(agent_label(name, agent), agents[agent]) for agent in order]
+    return series
+
+
+def _has_sft_failed_scope(results: Mapping) -> bool:
+    return any(
+        "on_sft_failed_tasks" in (stats or {})
+        for method in results["methods"].values()
+        for it in sorted_iterations(method)
+        for stats in (it.get("explore") or {}).values()
+    )
+
+
+def failure_analysis_figure(results: Mapping | Sequence[Mapping]) -> Figure:
+    """Figure 2: (a) failure trajectories per iteration, (b) their mean reward x100, bars per series.
+
+    With several runs (seeds) each bar is their mean with ± 1 std as an error bar.
+    """
+    runs = as_runs(results)
+    per_run = [dict(failure_series(run)) for run in runs]
+    labels = [label for label, _ in failure_series(runs[0])]
+    figure = Figure(figsize=(11.0, 4.0), layout="constrained")
+    count_ax, reward_ax = figure.subplots(1, 2)
+    if not labels:
+        _no_data(count_ax, "no exploration data")
+        _no_data(reward_ax, "no exploration data")
+        return figure
+    iterations = sorted({i for series in per_run for stats in series.values() for i in stats})
+    width = 0.8 / len(labels)
+    for index, label in enumerate(labels):
+        offset = (index - (len(labels) - 1) / 2) * width
+        style = {"width": width, "color": f"C{index % 10}", "label": label}
+        for ax, key, scale in ((count_ax, "failures", 1.0), (reward_ax, "failure_avg_reward", 100.0)):
+            bars = []
+            for i in iterations:
+                values = [
+                    scale * series[label][i][key]
+                    for series in per_run
+                    if i in series.get(label, {}) and series[label][i].get(key) is not None
+                ]
+                if values:
+                    bars.append((i + offset, *_mean_std(values)))
+            if bars:
+                xs, ys, errs = zip(*bars, strict=True)
+                errors = {"yerr": errs, "capsize": 2} if len(runs) > 1 else {}
+                ax.bar(xs, ys, **errors, **style)
+    for ax, title, ylabel in (
+        (count_ax, "(a) failure trajectories", "failures per iteration"),
+        (reward_ax, "(b) mean reward of failures", "mean failure reward (×100)"),
+    ):
+        ax.set_title(title)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(iterations)
+        ax.grid(alpha=0.3, axis="y")
+    figure.legend(
+        *count_ax.get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize="small"
+    )
+    scoped = all(_has_sft_failed_scope(run) for run in runs)
+    scope = "on the train tasks the SFT policy failed" if scoped else "in exploration"
+    figure.suptitle(f"Failures produced {scope} ({runs[0].get('env', '?')}{seeds_note(runs)})")
+    return figure
+
+
+def plot_failure_analysis(results: Mapping | Sequence[Mapping], path: str | os.PathLike) -> Path:
+    """Write Figure 2 (failure counts and rewards) as a PNG at `path`."""
+    return _save_png(failure_analysis_figure(results), path)

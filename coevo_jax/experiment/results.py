@@ -1,0 +1,152 @@
+"""A run's `results.json`: its name, a validating reader, and the per-method views and statistics of it.
+
+`results.json` (written by `coevo_jax.experiment.run`) holds, per method, one record per iteration with the
+evaluation per split and, from iteration 1, what each agent's exploration produced. The tables
+(`experiment.tables`) and figures (`experiment.figures`) read it through these functions:
+
+* `final_scores` / `score_row`: each method's last-iteration evaluation as Table-1 cells in percent.
+* `aggregate_runs`: those cells as mean, sample std and count over several runs (seeds), via `sample_stat`.
+* `sorted_iterations`, `percent`, `as_runs`, `agent_label`, `split_label`, `seeds_note`: the small views
+  both tables and figures use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+RESULTS_FILE = "results.json"
+SPLIT_LABELS = {"test_seen": "Seen", "test_unseen": "Unseen"}
+
+
+def split_label(split: str) -> str:
+    """The paper's column name for an evaluation split ("Seen", "Unseen"); other names as given."""
+    return SPLIT_LABELS.get(split, split)
+
+
+def load_results(path: str | os.PathLike) -> dict:
+    """Read and minimally validate a results.json; every error message names the file."""
+    path = Path(path)
+    try:
+        results = json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"results file not found: {path}") from err
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"cannot read results file {path}: {err}") from err
+    if not isinstance(results, dict):
+        raise ValueError(f"malformed results file {path}: top level is not a JSON object")
+    if not isinstance(results.get("methods"), dict) or not isinstance(results.get("splits"), list):
+        raise ValueError(f"malformed results file {path}: needs a 'methods' object and a 'splits' list")
+    for name, method in results["methods"].items():
+        if not isinstance(method, dict) or not isinstance(method.get("iterations"), list):
+            raise ValueError(f"malformed results file {path}: method {name!r} has no 'iterations' list")
+    return results
+
+
+def sorted_iterations(method: Mapping) -> list[Mapping]:
+    """A method's iteration records in iteration order."""
+    return sorted(method.get("iterations") or [], key=lambda record: record["iteration"])
+
+
+def final_scores(results: Mapping) -> dict[str, dict[str, dict]]:
+    """Each method's evaluation (split -> metrics) at its last iteration; {} for a method with none."""
+    scores = {}
+    for name, method in results["methods"].items():
+        iterations = sorted_iterations(method)
+        scores[name] = dict(iterations[-1].get("eval") or {}) if iterations else {}
+    return scores
+
+
+def percent(evals: Mapping, split: str, key: str) -> float | None:
+    """Metric `key` of `split` in an evaluation record, x100; None where the split or metric is missing."""
+    value = (evals.get(split) or {}).get(key)
+    return None if value is None else 100.0 * float(value)
+
+
+def score_row(evals: Mapping, splits: Sequence[str]) -> dict:
+    """One Table-1 row in percent: reward and success per split (None where missing) and their "avg".
+
+    "avg" is the mean of the reward columns that are present (None if none is).
+    """
+    reward = {split: percent(evals, split, "avg_reward") for split in splits}
+    success = {split: percent(evals, split, "success_rate") for split in splits}
+    present = [value for value in reward.values() if value is not None]
+    return {"reward": reward, "success": success, "avg": float(np.mean(present)) if present else None}
+
+
+def _check_runs(runs: Sequence[Mapping], names: Sequence[str]) -> None:
+    """Raise ValueError unless all runs share env, method set and splits (runs are named in the message)."""
+    if not runs:
+        raise ValueError("no runs to aggregate")
+    first = runs[0]
+    for name, run in zip(names[1:], runs[1:], strict=True):
+        if run.get("env") != first.get("env"):
+            raise ValueError(
+                f"runs have different envs: {names[0]} is {first.get('env')!r}, {name} is {run.get('env')!r}"
+            )
+        if set(run["methods"]) != set(first["methods"]):
+            missing = sorted(set(first["methods"]) - set(run["methods"]))
+            extra = sorted(set(run["methods"]) - set(first["methods"]))
+            raise ValueError(
+                f"runs have different method sets: {name} lacks {missing} and adds {extra} "
+                f"compared with {names[0]}"
+            )
+        if list(run["splits"]) != list(first["splits"]):
+            raise ValueError(
+                f"runs have different splits: {names[0]} has {first['splits']}, {name} has {run['splits']}"
+            )
+
+
+def sample_stat(values: Sequence[float | None]) -> dict | None:
+    """Mean and sample std (ddof=1, None for a single value) over the values present."""
+    present = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    if present.size == 0:
+        return None
+    std = float(np.std(present, ddof=1)) if present.size > 1 else None
+    return {"mean": float(np.mean(present)), "std": std, "n": int(present.size)}
+
+
+def aggregate_runs(runs: Sequence[Mapping], names: Sequence[str] | None = None) -> dict:
+    """Table-1 cells as mean ± std over several runs (seeds) of the same env, methods and splits.
+
+    Returns {"env", "seeds", "splits", "methods": {method: {"reward": {split: stat}, "success": {split:
+    stat}, "avg": stat}}} with stat = {"mean", "std", "n"} or None where no run has the value. `names`
+    (e.g. the files) label the runs in error messages.
+    """
+    names = list(names) if names is not None else [f"run {i}" for i in range(len(runs))]
+    _check_runs(runs, names)
+    splits = list(runs[0]["splits"])
+    rows_per_run = [
+        {name: score_row(evals, splits) for name, evals in final_scores(run).items()} for run in runs
+    ]
+    methods = {}
+    for method in runs[0]["methods"]:
+        rows = [per_run[method] for per_run in rows_per_run]
+        methods[method] = {
+            "reward": {s: sample_stat([row["reward"][s] for row in rows]) for s in splits},
+            "success": {s: sample_stat([row["success"][s] for row in rows]) for s in splits},
+            "avg": sample_stat([row["avg"] for row in rows]),
+        }
+    seeds = [run.get("seed") for run in runs]
+    return {"env": runs[0].get("env"), "seeds": seeds, "splits": splits, "methods": methods}
+
+
+def as_runs(results: Mapping | Sequence[Mapping]) -> list[Mapping]:
+    """One run's results, or several seeds' (figures then show the mean and ± 1 std across them)."""
+    return [results] if isinstance(results, Mapping) else list(results)
+
+
+def seeds_note(runs: Sequence[Mapping]) -> str:
+    """The "; mean ± std over N seeds" suffix of a title for several runs ("" for one)."""
+    return f"; mean ± std over {len(runs)} seeds" if len(runs) > 1 else ""
+
+
+def agent_label(method: str, agent: str) -> str:
+    """A method's agent as tables and legends name it ("CoEvolving failure agent", "ETO target")."""
+    if agent == "failure":
+        return f"{method} {'positive agent' if 'positive' in method.lower() else 'failure agent'}"
+    return f"{method} {agent}"
