@@ -152,7 +152,7 @@ def _reference_logps(setup, store, spec: PhaseSpec, params, tokenized) -> tuple[
         with np.load(path) as saved:
             if len(saved["chosen"]) == len(tokenized):
                 return saved["chosen"], saved["rejected"]
-    steps, _, _ = setup.steps(spec.optimizer, spec.beta)
+    steps, _, _ = setup.programs.steps(spec.optimizer, spec.beta)
     per_batch, pad = setup.cfg.dpo.pairs_per_batch, setup.tokenizer.pad_token_id
     chosen = np.zeros(len(tokenized), np.float32)
     rejected = np.zeros(len(tokenized), np.float32)
@@ -183,7 +183,7 @@ def _train(
     `total` updates (default: every batch of every epoch) may end the last epoch early.
     """
     cfg = setup.cfg
-    steps, tx, shardings = setup.steps(spec.optimizer, spec.beta)
+    steps, tx, shardings = setup.programs.steps(spec.optimizer, spec.beta)
     step_fn = steps.step(spec.kind)
     manager = checkpoints.make_manager(store.scratch_dir(spec.name) + "/state", max_to_keep=1)
     total = total or spec.epochs * steps_per_epoch

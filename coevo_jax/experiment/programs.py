@@ -1,0 +1,73 @@
+"""The compiled programs both agents share: train steps and samplers, each built once per run.
+
+Both agents have one architecture and mesh, so a bundle of train steps is built once per (optimizer config,
+DPO beta) and each of the two samplers (greedy for evaluation, sampled for exploration) once; inside them
+jit compiles once per bucket shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jax.sharding import Mesh
+
+from coevo_jax import sharding
+from coevo_jax.experiment.config import ExperimentConfig
+from coevo_jax.models import ModelConfig
+from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
+from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+from coevo_jax.train.state import state_shardings
+
+
+@dataclasses.dataclass(eq=False)
+class Programs:
+    """Train steps and samplers for one architecture on one mesh, built on first use and kept."""
+
+    cfg: ExperimentConfig
+    model_cfg: ModelConfig  # training dtype policy
+    graphdef: object
+    mesh: Mesh
+    rules: sharding.ShardingRules
+    param_shardings: dict
+    stop_ids: tuple[int, ...]  # the tokens that end an assistant turn
+    built: dict = dataclasses.field(default_factory=dict)
+
+    def steps(self, optimizer: OptimizerConfig, beta: float):
+        """(compiled steps, tx, state shardings) for one optimizer config and DPO beta."""
+        key = ("steps", optimizer, beta)
+        if key not in self.built:
+            self.built[key] = self._build_steps(optimizer, beta)
+        return self.built[key]
+
+    def _build_steps(self, optimizer: OptimizerConfig, beta: float):
+        tx = make_optimizer(optimizer)
+        shardings = state_shardings(self.model_cfg, tx, self.mesh, self.rules)
+        objective = ObjectiveConfig(beta=beta, sft_per_token=self.cfg.sft_per_token)
+        steps = build_steps(
+            self.graphdef, tx, make_schedule(optimizer), shardings, self.mesh, self.rules, objective
+        )
+        return steps, tx, shardings
+
+    def sampler(self, greedy: bool) -> Sampler:
+        """The greedy (evaluation) or sampling (exploration) sampler, compiled once."""
+        if ("sampler", greedy) not in self.built:
+            self.built[("sampler", greedy)] = self._build_sampler(greedy)
+        return self.built[("sampler", greedy)]
+
+    def _build_sampler(self, greedy: bool) -> Sampler:
+        spec = self.cfg.rollout
+        sampling = SamplingConfig(
+            temperature=0.0 if greedy else spec.temperature,
+            top_p=1.0 if greedy else spec.top_p,
+            max_new_tokens=spec.max_new_tokens,
+        )
+        return Sampler(
+            self.model_cfg.replace(dtype=self.cfg.model.sample_dtype),
+            batch_size=spec.rows,
+            cache_len=spec.cache_len,
+            sampling=sampling,
+            stops=StopConfig(stop_ids=self.stop_ids),
+            mesh=self.mesh,
+            rules=self.rules,
+            param_shardings=self.param_shardings,
+        )
