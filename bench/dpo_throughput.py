@@ -49,8 +49,9 @@ def _setup(dtype_name: str):
     from shapes import anchor_config
 
     from coevo_jax import sharding
+    from coevo_jax.models import abstract_model
     from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
-    from coevo_jax.train.state import abstract_model, init_train_state, state_shardings
+    from coevo_jax.train.state import init_train_state, state_shardings
 
     cfg = anchor_config(dtype_name)
     mesh = sharding.make_mesh(

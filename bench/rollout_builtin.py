@@ -27,8 +27,9 @@ def _sft(model_cfg, experts, tokenizer, fmt, epochs: int, batch_size: int, lr: f
 
     from coevo_jax import sharding
     from coevo_jax.data.batching import iter_sft_batches, tokenize_sft_examples
+    from coevo_jax.models import abstract_model
     from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
-    from coevo_jax.train.state import abstract_model, init_train_state, state_shardings
+    from coevo_jax.train.state import init_train_state, state_shardings
 
     mesh = sharding.make_mesh(
         sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), jax.devices()[:1]

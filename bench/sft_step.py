@@ -17,8 +17,9 @@ import numpy as np
 from shapes import anchor_config
 
 from coevo_jax import sharding
+from coevo_jax.models import abstract_model
 from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
-from coevo_jax.train.state import abstract_model, init_train_state, state_shardings
+from coevo_jax.train.state import init_train_state, state_shardings
 
 VOCAB = 620  # the built-in environment's trained tokenizer
 

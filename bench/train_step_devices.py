@@ -37,9 +37,9 @@ def run(args) -> None:
     import numpy as np
 
     from coevo_jax import sharding
-    from coevo_jax.models import ModelConfig
+    from coevo_jax.models import ModelConfig, abstract_model
     from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
-    from coevo_jax.train.state import abstract_model, init_train_state, state_shardings
+    from coevo_jax.train.state import init_train_state, state_shardings
 
     if args.preset == "llama2_7b":
         cfg = ModelConfig(

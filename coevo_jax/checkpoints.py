@@ -19,8 +19,8 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from coevo_jax.models import ModelConfig, save_pretrained
-from coevo_jax.train.state import TrainState, abstract_model
+from coevo_jax.models import ModelConfig, abstract_model, save_pretrained
+from coevo_jax.train.state import TrainState
 
 STATE_ITEM = "state"
 POSITION_ITEM = "position"

@@ -39,9 +39,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from coevo_jax.data.batching import bucket_for, power_of_two_buckets
 from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.decoder import abstract_model, bind
 from coevo_jax.models.kv_cache import KVCache, init_cache
 from coevo_jax.sharding import ShardingRules, activation_context, compute_shardings
-from coevo_jax.train.state import abstract_model, bind
 
 # Per-row stop reasons reported by `decode`.
 RUNNING, STOP_TOKEN, STOP_SEQUENCE, MAX_TOKENS, CACHE_FULL, INACTIVE = range(6)

@@ -9,7 +9,8 @@ from train_fixtures import MESHES, PAD, TINY, dpo_batch, mesh_of, pairs, setup, 
 
 from coevo_jax import sharding
 from coevo_jax.data.batching import collate_dpo
-from coevo_jax.train.state import abstract_model, init_train_state
+from coevo_jax.models import abstract_model
+from coevo_jax.train.state import init_train_state
 
 
 def test_eight_fake_devices():

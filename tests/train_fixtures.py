@@ -12,9 +12,9 @@ import numpy as np
 from coevo_jax import sharding
 from coevo_jax.data.batching import TokenizedPair, collate_dpo, collate_sft
 from coevo_jax.data.chat_format import TokenizedTrajectory
-from coevo_jax.models import ModelConfig
+from coevo_jax.models import ModelConfig, abstract_model
 from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
-from coevo_jax.train.state import abstract_model, init_train_state, state_shardings
+from coevo_jax.train.state import init_train_state, state_shardings
 
 TINY = ModelConfig(
     vocab_size=256,

@@ -9,6 +9,10 @@ both work, and padded keys are never attended. Two entry points share the layers
 * `forward_cached` / `hidden_states_cached`: append a chunk of tokens to a `KVCache` (prefill,
   incremental prefill of new observations, one-token decoding) with static shapes.
 
+Jitted code holds the decoder as a static `GraphDef` plus a pure dict of parameters: `abstract_model`
+gives the graphdef (and abstract state) without allocating anything, and `bind` merges a graphdef with
+parameters inside a traced function (train steps, reference pass, sampler).
+
 Parameters are stored in `param_dtype` and cast to the compute `dtype` on use. Every parameter carries
 logical axis names; activations are constrained by logical names (see `layers.constrain`).
 
@@ -269,3 +273,23 @@ class Decoder(nnx.Module):
         """
         hidden_BxTxD, new_cache = self.hidden_states_cached(input_ids_BxT, cache, attention_mask_BxT)
         return self.logits_from_hidden(hidden_BxTxD), new_cache
+
+
+def abstract_model(model_cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graphdef, abstract parameter state with logical-axis metadata) without allocating anything."""
+    return nnx.split(nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))))
+
+
+def bind(graphdef: nnx.GraphDef, params: dict, compute_shardings=None) -> Decoder:
+    """The decoder with these parameters (cheap: used inside traced steps).
+
+    With `compute_shardings` (see `sharding.compute_shardings`) the parameters are first cast to the
+    compute dtype - as the decoder casts them on use anyway - and all-gathered over the storage-only FSDP
+    axes: weights are stored sharded, gathered in the compute dtype for use, and the transpose
+    reduce-scatters their gradients back (ZeRO-3).
+    """
+    if compute_shardings is None:
+        return nnx.merge(graphdef, params)
+    dtype = nnx.merge(graphdef, params).config.dtype
+    cast = jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+    return nnx.merge(graphdef, jax.lax.with_sharding_constraint(cast, compute_shardings))

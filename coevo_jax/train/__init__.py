@@ -6,7 +6,6 @@ from coevo_jax.train.optim import OptimizerConfig, dpo_config, make_optimizer, m
 from coevo_jax.train.reference import reference_logprobs
 from coevo_jax.train.state import (
     TrainState,
-    abstract_model,
     abstract_state,
     init_train_state,
     load_sharded,
@@ -23,7 +22,6 @@ __all__ = [
     "PolicySteps",
     "StepKind",
     "TrainState",
-    "abstract_model",
     "abstract_state",
     "build_steps",
     "dpo_config",

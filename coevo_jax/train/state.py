@@ -17,7 +17,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from coevo_jax.models import Decoder, ModelConfig, load_pretrained
+from coevo_jax.models import Decoder, ModelConfig, abstract_model, load_pretrained
 from coevo_jax.sharding import ShardingRules, checked_sharding, param_shardings, replicated
 
 
@@ -28,26 +28,6 @@ class TrainState:
     step: jax.Array
     params: dict
     opt_state: optax.OptState
-
-
-def abstract_model(model_cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
-    """(graphdef, abstract parameter state with logical-axis metadata) without allocating anything."""
-    return nnx.split(nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))))
-
-
-def bind(graphdef: nnx.GraphDef, params: dict, compute_shardings=None) -> Decoder:
-    """The decoder with these parameters (cheap: used inside traced steps).
-
-    With `compute_shardings` (see `sharding.compute_shardings`) the parameters are first cast to the
-    compute dtype - as the decoder casts them on use anyway - and all-gathered over the storage-only FSDP
-    axes: weights are stored sharded, gathered in the compute dtype for use, and the transpose
-    reduce-scatters their gradients back (ZeRO-3).
-    """
-    if compute_shardings is None:
-        return nnx.merge(graphdef, params)
-    dtype = nnx.merge(graphdef, params).config.dtype
-    cast = jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
-    return nnx.merge(graphdef, jax.lax.with_sharding_constraint(cast, compute_shardings))
 
 
 def opt_state_shardings(tx: optax.GradientTransformation, params_shardings: dict, abstract_params, mesh):

@@ -23,6 +23,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
+from coevo_jax.models.decoder import bind
 from coevo_jax.sharding import (
     PAIR_KEYS,
     SEQUENCE_KEYS,
@@ -34,7 +35,7 @@ from coevo_jax.sharding import (
 )
 from coevo_jax.train.objectives import ObjectiveConfig, coevo_objective, dpo_objective, sft_objective
 from coevo_jax.train.reference import reference_logprobs
-from coevo_jax.train.state import TrainState, bind
+from coevo_jax.train.state import TrainState
 
 SFT_KEYS = (*SEQUENCE_KEYS, "example_mask")
 DPO_KEYS = (*SEQUENCE_KEYS, *PAIR_KEYS)
@@ -65,7 +66,7 @@ def accumulate_gradients(
     """(batch loss, gradients, summed metrics) over the leading micro-batch axis of `batch`.
 
     `grad_shardings` keeps the float32 gradient sum in the parameters' (FSDP) sharding; `compute_shardings`
-    is how the weights are gathered for the forward/backward pass (see `state.bind`).
+    is how the weights are gathered for the forward/backward pass (see `models.decoder.bind`).
     """
     total = normaliser(batch)
 
