@@ -13,8 +13,9 @@ from coevo_jax.data.formats import (
     write_pairs_jsonl,
     write_trl_preferences,
 )
+from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import build_target_pairs
-from coevo_jax.data.records import ASSISTANT, USER, DataFormatError, Message, Trajectory, read_trajectories
+from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory, read_trajectories
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 RECORDS = os.path.join(DATA, "eto_records.jsonl")

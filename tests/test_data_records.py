@@ -13,14 +13,13 @@ from coevo_jax.data.converters import (
     read_icl_examples,
     read_intercode_trajectories,
 )
+from coevo_jax.data.json_files import DataFormatError, load_json_records
 from coevo_jax.data.records import (
     ASSISTANT,
     USER,
-    DataFormatError,
     Message,
     Trajectory,
     Turn,
-    load_json_records,
     parse_record,
     read_trajectories,
     trajectory_to_record,

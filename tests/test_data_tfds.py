@@ -10,8 +10,9 @@ import pytest
 import tensorflow_datasets as tfds
 
 from coevo_jax.data import tfds_builders
+from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import build_target_pairs
-from coevo_jax.data.records import DataFormatError, Trajectory, read_trajectories
+from coevo_jax.data.records import Trajectory, read_trajectories
 from coevo_jax.data.tfds_builders import (
     read_pairs_dataset,
     read_trajectories_dataset,

@@ -3,8 +3,10 @@
 Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq. 6, eq. 8) ->
 `tokenize_pairs` (action masks, over-long policy) -> `plan_batches` + `collate_dpo` (bucketed [2B, L]).
 
-* `records`: `Trajectory` / `Message` / `Turn`, lossless JSONL records, strict reader (`DataFormatError`,
-  `skip_bad` with a `ReadReport`) and writer.
+* `records`: `Trajectory` / `Message` / `Turn`, lossless JSONL records, strict reader (`skip_bad` with a
+  `ReadReport`) and writer.
+* `json_files`: `.json` / `.jsonl` record files read strictly (UTF-8, `DataFormatError` naming the file,
+  record and field) and written exactly.
 * `stream`: `TrajectoryStream`, a trajectory file written an episode at a time that resumes after a crash.
 * `formats`: ETO conversation files in and out, TRL preference files out, lossless pair JSONL.
 * `converters`: real ETO in-context examples and InterCode-SQL GPT-4 episodes as trajectories.
@@ -60,6 +62,7 @@ from coevo_jax.data.formats import (
     write_pairs_jsonl,
     write_trl_preferences,
 )
+from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import (
     DEFAULT_HARD_NEGATIVE_THRESHOLD,
     EXPERT_VS_FAILURE,
@@ -79,7 +82,6 @@ from coevo_jax.data.pairs import (
 )
 from coevo_jax.data.records import (
     AGENTS,
-    DataFormatError,
     Message,
     ReadReport,
     Trajectory,

@@ -23,7 +23,8 @@ import os
 from collections.abc import Mapping
 
 from coevo_jax.data.formats import with_eto_prompt
-from coevo_jax.data.records import ETO_ACK, DataFormatError, Trajectory, load_json_records, parse_record
+from coevo_jax.data.json_files import DataFormatError, load_json_records
+from coevo_jax.data.records import ETO_ACK, Trajectory, parse_record
 
 INTERCODE_SQL_INSTRUCTION = (
     "You are an agent that answers questions about a MySQL database by querying it. "

@@ -25,16 +25,15 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 
+from coevo_jax.data.json_files import DataFormatError, load_json_records, write_json_records
 from coevo_jax.data.pairs import PreferencePair
 from coevo_jax.data.records import (
     ASSISTANT,
     ETO_ACK,
     USER,
-    DataFormatError,
     Message,
     ReadReport,
     Trajectory,
-    load_json_records,
     messages_to_conversations,
     parse_all,
     parse_messages,
@@ -42,7 +41,6 @@ from coevo_jax.data.records import (
     parse_reward,
     parse_weight,
     trajectory_to_record,
-    write_json_records,
 )
 
 ETO_PROMPT_LEN = 3

@@ -23,17 +23,19 @@ the conversation opens with ETO's layout (instruction, an assistant "OK", the ta
 
 A malformed record raises `DataFormatError` naming the file, the record index and the field. With
 `skip_bad=True` the reader skips such records instead, logs each one, and can return a `ReadReport`
-(`return_report=True`); nothing is ever dropped silently. Files are JSON (a list) or JSON Lines (`.jsonl`).
+(`return_report=True`); nothing is ever dropped silently. Files are JSON (a list) or JSON Lines (`.jsonl`),
+read and written by `json_files`, which also defines `DataFormatError`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from coevo_jax.data.json_files import DataFormatError, load_json_records, write_json_records
 
 USER, ASSISTANT, SYSTEM = "user", "assistant", "system"
 ROLE_ALIASES = {"human": USER, "user": USER, "gpt": ASSISTANT, "assistant": ASSISTANT, "system": SYSTEM}
@@ -42,14 +44,6 @@ AGENTS = ("expert", "target", "failure", "other")
 ETO_ACK = "OK"  # the assistant's acknowledgement of the instruction turn in ETO's layout
 
 log = logging.getLogger(__name__)
-
-
-class DataFormatError(ValueError):
-    """A malformed record; the message names the file (`source`), the record index and the field."""
-
-    def __init__(self, source: str, index: int, field_name: str, problem: str):
-        self.source, self.index, self.field_name, self.problem = source, index, field_name, problem
-        super().__init__(f"{source}: record {index}: field '{field_name}': {problem}")
 
 
 @dataclass(frozen=True)
@@ -327,60 +321,6 @@ def parse_records(
     return parse_all(records, parse_one, source=source, skip_bad=False)[0]
 
 
-def _utf8(data: bytes, path: str, index: int, where: str) -> str | DataFormatError:
-    """`data` decoded, or the error naming the first byte that is not UTF-8 (a Latin-1 file, say)."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        problem = (
-            f"{where}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); re-save as UTF-8"
-        )
-        return DataFormatError(path, index, "<json>", problem)
-
-
-def _load_json_lines(path: str) -> list[object]:
-    """One entry per non-blank line; a line that is not UTF-8 JSON becomes a `DataFormatError` entry."""
-    records: list[object] = []
-    with open(path, "rb") as f:
-        for line_number, raw in enumerate(f):
-            line = _utf8(raw, path, len(records), f"line {line_number + 1}")
-            if isinstance(line, DataFormatError):
-                records.append(line)
-                continue
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                records.append(
-                    DataFormatError(path, len(records), "<json>", f"line {line_number + 1}: {err.msg}")
-                )
-    return records
-
-
-def load_json_records(path: str | os.PathLike[str], *, strict: bool = True) -> list[object]:
-    """Raw JSON records from a `.json` (list) or `.jsonl` file, naming the file in any parse error.
-
-    With `strict=False`, JSON Lines lines that do not parse (or are not UTF-8) are returned as
-    `DataFormatError` entries, which `skip_bad` readers skip.
-    """
-    path = os.fspath(path)
-    if path.endswith(".jsonl"):
-        records = _load_json_lines(path)
-        bad = next((r for r in records if isinstance(r, DataFormatError)), None)
-        if strict and bad is not None:
-            raise bad
-        return records
-    with open(path, "rb") as f:
-        text = _utf8(f.read(), path, -1, "the file")
-    if isinstance(text, DataFormatError):
-        raise text
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise DataFormatError(path, -1, "<json>", f"line {err.lineno}: {err.msg}") from err
-
-
 def read_trajectories(
     path: str | os.PathLike[str],
     *,
@@ -421,16 +361,6 @@ def trajectory_to_record(trajectory: Trajectory) -> dict[str, object]:
         "conversations": messages_to_conversations(trajectory.messages),
         **dict(trajectory.extra),
     }
-
-
-def write_json_records(path: str | os.PathLike[str], records: Iterable[Mapping[str, object]]) -> None:
-    """JSON Lines for `.jsonl`, otherwise one indented JSON list; UTF-8, floats written exactly (repr)."""
-    with open(path, "w", encoding="utf-8") as f:
-        if os.fspath(path).endswith(".jsonl"):
-            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        else:
-            json.dump(list(records), f, ensure_ascii=False, indent=1)
-            f.write("\n")
 
 
 def write_trajectories(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> None:

@@ -26,8 +26,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
+from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import PreferencePair
-from coevo_jax.data.records import DataFormatError, Message, Trajectory, parse_reward, parse_weight
+from coevo_jax.data.records import Message, Trajectory, parse_reward, parse_weight
 
 ARRAY_RECORD = "array_record"
 

@@ -17,7 +17,8 @@ import re
 from pathlib import Path
 
 from coevo_jax.data.converters import intercode_episode_to_trajectory
-from coevo_jax.data.records import DataFormatError, Trajectory
+from coevo_jax.data.json_files import DataFormatError
+from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment, ExpertStep, record_expert_trajectory
 from coevo_jax.envs.intercode_sql.db import DATA_DIR
 
