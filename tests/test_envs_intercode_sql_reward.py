@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+from seeds import fresh_seed
 
 from coevo_jax.envs.intercode_sql.reward import intercode_reward, kendall_tau_b
 
@@ -22,7 +23,7 @@ def _tau_reference(x, y) -> float:
 
 @pytest.mark.filterwarnings("ignore:One or more sample arguments is too small")
 def test_kendall_tau_b_matches_the_definition_and_scipy_on_random_ranks():
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(fresh_seed())
     for _ in range(200):
         n, k = int(rng.integers(0, 60)), int(rng.integers(1, 12))
         x = [f"v{v:02d}" for v in rng.integers(0, k, n)]
@@ -62,7 +63,7 @@ def _intercode_reference(agent, gold) -> float:
 
 @pytest.mark.filterwarnings("ignore:One or more sample arguments is too small")
 def test_intercode_reward_matches_the_reference_on_random_row_lists():
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(fresh_seed())
     for _ in range(300):
         pool = [(int(rng.integers(0, 6)), str(rng.choice(["a", "b", "c"]))) for _ in range(8)]
         agent = [pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 10)))]

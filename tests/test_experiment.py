@@ -10,6 +10,7 @@ import pathlib
 import jax
 import numpy as np
 import pytest
+from seeds import fresh_seed
 
 from coevo_jax.experiment import phases, rollouts
 from coevo_jax.experiment.config import METHOD_TITLES, METHODS, ExperimentConfig
@@ -136,7 +137,7 @@ def test_dpo_learning_rate_and_beta_per_iteration_repeat_the_last_value():
 
 
 def test_summarize_against_a_direct_count():
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(fresh_seed())
     from coevo_jax.data.records import Message, Trajectory
 
     rewards = np.round(rng.random(40), 2)

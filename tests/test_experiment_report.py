@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
+from seeds import fresh_seed
 
 from coevo_jax.experiment.figures import (
     failure_analysis_figure,
@@ -314,8 +315,7 @@ def test_read_scalars_ignores_a_truncated_last_record(tmp_path):
 
 
 def test_details_cells_are_mean_and_sample_std_over_runs():
-    seed = int(np.random.default_rng().integers(1 << 30))
-    print("seed", seed)
+    seed = fresh_seed()
     runs = [make_results(seed=seed + i) for i in range(3)]
     no_failures = runs[0]["methods"]["CoEvolving"]["iterations"][2]["explore"]["failure"]
     no_failures.update(failures=0, failure_avg_reward=None)  # the other two runs' rewards make the cell

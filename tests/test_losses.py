@@ -1,13 +1,12 @@
 """coevo_jax.losses against float64 NumPy references on fresh random inputs."""
 
-import os
-
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.test_util import check_grads
+from seeds import fresh_seed
 
 from coevo_jax import losses
 
@@ -15,9 +14,8 @@ RTOL = 1e-5
 
 
 def fresh_rng():
-    """A new random generator per test; the seed goes into failure messages so a failure can be replayed."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"seed={seed}")
+    """A new random generator per test; its seed is printed and goes into failure messages (see `seeds`)."""
+    seed = fresh_seed()
     return np.random.default_rng(seed), seed
 
 
@@ -279,4 +277,4 @@ def test_dpo_loss_traces_once_for_fixed_shapes():
         return losses.dpo_loss(pc, pr, rc, rr, 0.1).losses.mean()
 
     for _ in range(3):
-        step(*(jnp.asarray(np.random.default_rng().standard_normal(4), jnp.float32) for _ in range(4)))
+        step(*(jnp.asarray(np.random.default_rng(i).standard_normal(4), jnp.float32) for i in range(4)))

@@ -4,15 +4,12 @@ The decoder-level agreement (full pass == prefill + decode, causality, padding) 
 test_model_decoder.py, whose shared model has a token shift.
 """
 
-import os
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from seeds import fresh_seed
 
 from coevo_jax.models.token_shift import index_of_position, shift_cached, shift_full, write_ids
-
-SEED = int.from_bytes(os.urandom(4), "little")
 
 
 def reference(x, mask, weights):
@@ -40,8 +37,7 @@ def random_mask(rng, batch, length):
 
 @pytest.mark.parametrize("width", [1, 4])
 def test_shift_full_matches_the_reference(width):
-    print(f"seed {SEED}")
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(fresh_seed())
     batch, length, hidden = 5, 13, 6
     x = rng.standard_normal((batch, length, hidden))
     weights = rng.standard_normal((width, hidden))
@@ -61,8 +57,7 @@ def test_index_of_position_inverts_the_positions():
 
 
 def test_shift_cached_reads_previous_tokens_from_the_cache():
-    print(f"seed {SEED}")
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(fresh_seed())
     vocab, hidden, width, capacity = 11, 4, 3, 8
     table = rng.standard_normal((vocab, hidden))
     weights = rng.standard_normal((width, hidden))
