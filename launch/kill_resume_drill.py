@@ -1,4 +1,4 @@
-"""Kill-and-resume drill: `python launch/kill_resume_drill.py --workdir DIR [--config configs/drill.py]`.
+"""Kill-and-resume drill: `python launch/kill_resume_drill.py --workdir DIR [--config configs/tiny.py:drill]`.
 
 Runs the main job once uninterrupted (DIR/uninterrupted) and once more in DIR/killed, SIGKILLed at five
 points in turn (`launch/kill_at.py`: an SFT update, a policy save, an evaluation episode, an exploration
@@ -180,7 +180,7 @@ def _stage_outputs(stage: str) -> tuple[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workdir", required=True, help="new or empty directory for both runs")
-    parser.add_argument("--config", default=os.path.join(ROOT, "configs", "drill.py"))
+    parser.add_argument("--config", default=os.path.join(ROOT, "configs", "tiny.py") + ":drill")
     parser.add_argument("--devices", type=int, default=2, help="CPU devices of every process (host platform)")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)

@@ -26,33 +26,9 @@ CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
 
 
 def tiny_config(**changes) -> ExperimentConfig:
-    """A one-layer policy on a handful of built-in tasks: seconds per stage."""
-    config = {
-        "methods": ("sft", "eto", "coevo"),
-        "iterations": 1,
-        "max_length": 2048,
-        "min_bucket": 1024,
-        "checkpoint_every_steps": 2,
-        "log_every_steps": 1,
-        "show_progress": False,
-        "env": {
-            "kwargs": {"num_train": 8, "num_test_seen": 4, "num_test_unseen": 4},
-            "explore_tasks": 8,
-        },
-        "model": {
-            "vocab_size": 300,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_layers": 1,
-            "num_heads": 2,
-            "num_kv_heads": 1,
-            "head_dim": 16,
-            "compute_dtype": "float32",
-        },
-        "sft": {"epochs": 2, "learning_rate": 3e-3, "batch_size": 8},
-        "dpo": {"epochs": 2, "pairs_per_batch": 8, "learning_rates": (1e-3,), "betas": (0.1,)},
-        "rollout": {"max_new_tokens": 16, "cache_len": 2048, "rows": 8, "groups": 1, "env_workers": 2},
-    }
+    """`configs/tiny.py` (a one-layer policy on a handful of built-in tasks: seconds per stage), with each
+    of `changes` replacing a top-level field or, given as a dict, updating that group's fields."""
+    config = _load_config_module(CONFIGS / "tiny.py").get_config().to_dict()
     for key, value in changes.items():
         if isinstance(value, dict):
             config[key] = {**config.get(key, {}), **value}
@@ -72,6 +48,8 @@ def _load_config_module(path: pathlib.Path):
     "name,arg",
     [
         ("quickstart", None),
+        ("tiny", None),
+        ("tiny", "drill"),
         ("builtin_study", None),
         ("sql_smollm2", None),
         ("sciworld_smollm2", None),

@@ -12,28 +12,18 @@ import pytest
 
 from coevo_jax.data.records import read_trajectories
 
-TINY = [
-    "--config.iterations=1",
-    "--config.max_length=2048",
-    "--config.length_buckets=(1024,)",
-    "--config.checkpoint_every_steps=2",
-    "--config.show_progress=False",
-    "--config.env.kwargs.num_train=8",
-    "--config.env.kwargs.num_test_seen=4",
-    "--config.env.kwargs.num_test_unseen=4",
-    "--config.env.explore_tasks=8",
-    "--config.model.vocab_size=300",
-    "--config.model.hidden_size=32",
-    "--config.model.intermediate_size=64",
-    "--config.model.num_layers=1",
-    "--config.model.num_heads=2",
-    "--config.model.num_kv_heads=1",
-    "--config.model.head_dim=16",
-    "--config.sft.epochs=2",
+# configs/tiny.py with the quickstart's recipe (its learning rates, token shift, step budget, DPO updates per
+# phase and pair cap, logging cadence and env workers) and one DPO epoch.
+OVERRIDES = [
+    "--config.log_every_steps=10",
+    "--config.env.kwargs.budget_per_expert_step=1",
+    "--config.model.token_shift=4",
+    "--config.sft.learning_rate=6e-3",
     "--config.dpo.epochs=1",
-    "--config.rollout.max_new_tokens=16",
-    "--config.rollout.cache_len=2048",
-    "--config.rollout.groups=1",
+    "--config.dpo.learning_rates=(3e-5,)",
+    "--config.dpo.max_pairs_per_task=3",
+    "--config.dpo.updates_per_phase=20",
+    "--config.rollout.env_workers=4",
 ]
 
 
@@ -42,9 +32,9 @@ def _command(workdir) -> list[str]:
         sys.executable,
         "-m",
         "coevo_jax.main",
-        "--config=configs/quickstart.py",
+        "--config=configs/tiny.py",
         f"--workdir={workdir}",
-        *TINY,
+        *OVERRIDES,
     ]
 
 

@@ -1,0 +1,84 @@
+"""The tiny run: a one-layer policy on 8 built-in train tasks (4 + 4 test tasks), one iteration.
+
+Seconds per stage on a CPU. The one small config of the repository: the tests' end-to-end runs
+(`tests/test_experiment.py`, `tests/test_main.py`), the reproduction notebook's smoke budget (each with its
+own overrides) and the kill-and-resume drill use it.
+
+    python -m coevo_jax.main --config=configs/tiny.py --workdir=workdir_tiny
+    python -m coevo_jax.main --config=configs/tiny.py:drill --workdir=workdir_drill
+
+`drill` (run by `launch/kill_resume_drill.py`): SFT takes 4 updates and every DPO phase 5, with a
+mid-phase checkpoint every 2, so a kill at an update lands between two checkpoints and the resumed phase
+must redo the updates after the last committed one.
+
+Fields at their default value are written out too (an unset number as a typed placeholder), so that a
+test or a user can override them with `--config.x=y` on this locked config.
+"""
+
+from ml_collections import ConfigDict, config_dict
+
+VARIANTS = ("", "drill")
+
+
+def get_config(variant: str = "") -> ConfigDict:
+    if variant not in VARIANTS:
+        raise ValueError(f"configs/tiny.py: unknown variant {variant!r}; one of {VARIANTS}")
+    config = ConfigDict()
+    config.seed = 0
+    config.methods = ("sft", "eto", "coevo")
+    config.iterations = 1
+    config.max_length = 2048
+    config.min_bucket = 1024
+    config.checkpoint_every_steps = 2
+    config.log_every_steps = 1
+    config.show_progress = False
+
+    config.env = ConfigDict()
+    config.env.name = "builtin"
+    config.env.kwargs = ConfigDict(
+        {
+            "seed": 0,
+            "num_train": 8,
+            "num_test_seen": 4,
+            "num_test_unseen": 4,
+            "budget_per_expert_step": 2,
+            "budget_extra_steps": 5,
+        }
+    )
+    config.env.eval_splits = ("test_seen", "test_unseen")
+    config.env.explore_tasks = 8
+
+    config.model = ConfigDict()
+    config.model.source = "scratch"
+    config.model.vocab_size = 300
+    config.model.hidden_size = 32
+    config.model.intermediate_size = 64
+    config.model.num_layers = 1
+    config.model.num_heads = 2
+    config.model.num_kv_heads = 1
+    config.model.head_dim = 16
+    config.model.compute_dtype = "float32"
+    config.model.sample_dtype = "float32"
+    config.model.token_shift = 0
+
+    config.sft = ConfigDict()
+    config.sft.epochs = 2
+    config.sft.learning_rate = 3e-3
+    config.sft.batch_size = 8
+
+    config.dpo = ConfigDict()
+    config.dpo.epochs = 2
+    config.dpo.pairs_per_batch = 8
+    config.dpo.learning_rates = (1e-3,)
+    config.dpo.betas = (0.1,)
+    config.dpo.max_pairs_per_task = config_dict.placeholder(int)
+    config.dpo.updates_per_phase = 5 if variant == "drill" else config_dict.placeholder(int)
+
+    config.rollout = ConfigDict()
+    config.rollout.temperature = 1.0
+    config.rollout.max_new_tokens = 16
+    config.rollout.cache_len = 2048
+    config.rollout.rows = 8
+    config.rollout.groups = 1
+    config.rollout.env_workers = 2
+    return config
