@@ -12,6 +12,7 @@ from coevo_jax.models import load_pretrained
 from coevo_jax.train.state import abstract_state, load_sharded, train_state_from_params
 
 
+@pytest.mark.slow  # 14 s: two meshes, two runs
 def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
     mesh_a, mesh_b = mesh_of(MESHES["data2_fsdp4"]), mesh_of(MESHES["fsdp4_tensor2"])
     _, shardings_a, steps_a, tx, rules = setup(mesh_a)

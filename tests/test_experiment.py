@@ -170,6 +170,7 @@ def _interrupt_after(monkeypatch, calls: int):
     monkeypatch.setattr(phases, "_place", failing_place)
 
 
+@pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min
 def test_sft_phase_killed_midway_resumes_to_the_same_parameters(tiny_setup, tmp_path, monkeypatch):
     setup, experts = tiny_setup
     params = setup.base_params(0)
@@ -191,6 +192,7 @@ def test_sft_phase_killed_midway_resumes_to_the_same_parameters(tiny_setup, tmp_
     assert moved > 0
 
 
+@pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min
 def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
     from coevo_jax.data.pairs import build_eto_pairs
     from coevo_jax.data.records import Message, Trajectory
@@ -221,6 +223,7 @@ def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
     )
 
 
+@pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min
 def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
     from coevo_jax.data.pairs import build_eto_pairs
     from coevo_jax.data.records import Message, Trajectory

@@ -145,6 +145,7 @@ def reference_gguf(smollm2_gguf_path):
     return config, {name: tensor.numpy() for name, tensor in parsed["tensors"].items()}
 
 
+@pytest.mark.slow  # loads SmolLM2-135M (about 40 s with torch); the synthetic GGUF tests stay quick
 def test_config_describes_smollm2(checkpoint, reference_gguf):
     reference_config, _ = reference_gguf
     config = checkpoint.hf_config
@@ -172,6 +173,7 @@ def test_config_describes_smollm2(checkpoint, reference_gguf):
             assert config[key] == pytest.approx(value), key
 
 
+@pytest.mark.slow  # loads SmolLM2-135M (about 40 s with torch); the synthetic GGUF tests stay quick
 def test_tensors_equal_transformers_torch_gguf_loading(checkpoint, reference_gguf):
     _, reference_tensors = reference_gguf
     assert set(checkpoint.tensors) == set(reference_tensors)
@@ -181,6 +183,7 @@ def test_tensors_equal_transformers_torch_gguf_loading(checkpoint, reference_ggu
         np.testing.assert_allclose(weights, reference_tensors[name], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
+@pytest.mark.slow  # loads SmolLM2-135M (about 40 s with torch); the synthetic GGUF tests stay quick
 def test_llama_q_and_k_rows_are_unpermuted(checkpoint):
     """The raw GGUF rows differ from ours exactly by llama.cpp's interleaving permutation."""
     raw = {tensor.name: tensor for tensor in gguf.GGUFReader(checkpoint.path).tensors}
@@ -231,6 +234,7 @@ PARIS_PROMPT = "The capital of France is"
 PARIS_NEW_TOKENS = 6
 
 
+@pytest.mark.slow  # loads SmolLM2-135M (about 40 s with torch); the synthetic GGUF tests stay quick
 def test_torch_llama_from_our_checkpoint_answers_paris(checkpoint, torch_model):
     import torch
 
@@ -243,6 +247,7 @@ def test_torch_llama_from_our_checkpoint_answers_paris(checkpoint, torch_model):
     assert "Paris" in completion, completion
 
 
+@pytest.mark.slow  # loads SmolLM2-135M (about 40 s with torch); the synthetic GGUF tests stay quick
 def test_nnx_decoder_from_gguf_matches_torch_and_answers_paris(smollm2_gguf_path, checkpoint, torch_model):
     """`load_pretrained(gguf)` (routes through `read_gguf`): logits match torch, greedy decoding says Paris.
 

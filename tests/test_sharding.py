@@ -113,6 +113,7 @@ def test_weights_are_gathered_over_storage_axes_for_compute():
     assert rules.params == sharding.DEFAULT_PARAM_RULES
 
 
+@pytest.mark.slow  # 10 s: compiles an FSDP step on 8 devices; the quick loop stays under 5 min
 def test_compiled_fsdp_step_holds_about_an_eighth_of_the_state_per_device():
     """The compiled SFT step's per-device argument bytes (XLA's memory analysis) shrink ~1/8 under FSDP=8."""
 

@@ -29,7 +29,7 @@ GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
 # block-wise attention on fsdp4_tensor2), hence an absolute tolerance of 2e-5 on updated parameters.
 PARAM_TOL = dict(rtol=1e-5, atol=2e-5)
 # The fast set checks the mesh that uses all three axes; the others run with the slow marker.
-MESH_CASES = [pytest.param(name, marks=() if name == "cube2" else pytest.mark.slow) for name in MESHES]
+MESH_CASES = [pytest.param(name, marks=pytest.mark.slow) for name in MESHES]  # 10-20 s each
 
 
 def _assert_trees_close(actual, expected, **tol):
