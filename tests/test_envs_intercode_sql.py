@@ -40,11 +40,6 @@ from coevo_jax.rollout import RolloutConfig, ScriptedActor, run_rollouts
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("intercode_cache")
-
-
-@pytest.fixture(scope="module")
 def env(cache):
     environment = InterCodeSqlEnv(cache_root=cache)
     yield environment

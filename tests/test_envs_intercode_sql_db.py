@@ -18,11 +18,6 @@ from coevo_jax.envs.intercode_sql.mysql import install as install_mysql_compat
 from coevo_jax.envs.intercode_sql.sandbox import QueryTimeout, SqlError, SqlSandbox, TruncatedRows, _Watchdog
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("intercode_cache")
-
-
 # -- the dump --------------------------------------------------------------------------------------------
 def test_parse_values_reads_mysql_literals():
     text = r"(1,'it\'s',NULL,-2.5,'a''b'),(2,'line\nbreak','back\\slash',3e2,'')"
