@@ -37,6 +37,7 @@ DEFAULT_PARAM_RULES: tuple[Rule, ...] = (
     ("kv_heads", "tensor"),
     ("head_dim", None),
     ("norm", None),
+    ("lora_rank", None),  # LoRA adapters: sharded like their base weight on its other axes
 )
 # Activations: batch rows over data x fsdp, heads / MLP / vocabulary over tensor.
 DEFAULT_ACTIVATION_RULES: tuple[Rule, ...] = (

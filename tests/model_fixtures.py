@@ -142,3 +142,19 @@ def max_abs_on_valid(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
     """Largest |a - b| over positions where mask is 1 (logits of padding are unspecified)."""
     valid = np.asarray(mask, bool)
     return float(np.max(np.abs(np.asarray(a)[valid] - np.asarray(b)[valid])))
+
+
+def with_random_adapters(model: Decoder, seed: int = 0, **lora) -> Decoder:
+    """`model`'s weights plus LoRA adapters (`lora`: ModelConfig LoRA fields) whose A and B are both random,
+    so that, unlike fresh adapters (B = 0), they change the model's output."""
+    cfg = model.config.replace(**lora)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(seed))))
+    base = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    rng = np.random.RandomState(seed)
+    for path, variable in nnx.to_flat_state(state):
+        if path in base:
+            variable.set_value(base[path].get_value())
+        else:
+            shape, dtype = variable.get_value().shape, variable.get_value().dtype
+            variable.set_value(jnp.asarray(0.1 * rng.standard_normal(shape), dtype))
+    return nnx.merge(graphdef, state)

@@ -2,7 +2,8 @@
 
 One frozen, hashable dataclass describes every supported family (Llama-2, Llama-3, Qwen2/2.5, Qwen3,
 SmolLM2); the family differences reduce to a few flags (q/k/v bias, per-head q/k RMSNorm, tied embeddings,
-Llama-3 RoPE scaling). Being hashable, a config can live as static data inside an NNX module and be a
+Llama-3 RoPE scaling). The LoRA fields say whether the policy trains low-rank adapters on a frozen base
+(`coevo_jax.models.lora`). Being hashable, a config can live as static data inside an NNX module and be a
 static argument of `jax.jit`.
 """
 
@@ -16,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+# The projections a LoRA adapter can sit on (attention q/k/v/o, SwiGLU gate/up/down), in a fixed order.
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
@@ -61,6 +64,12 @@ class ModelConfig:
     param_dtype: Any = jnp.float32
     remat: bool = False
     token_shift: int = 0  # previous tokens mixed into each input embedding (`token_shift`); 0 in checkpoints
+    # LoRA (`coevo_jax.models.lora`): rank 0 is full fine-tuning; rank r > 0 adds rank-r adapters to the
+    # `lora_targets` projections, scaled by lora_alpha / lora_rank, and only they are trained.
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0  # on each adapter's input, in the train steps only
+    lora_targets: tuple[str, ...] = LORA_TARGETS
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -71,15 +80,42 @@ class ModelConfig:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
         if self.token_shift < 0:
             raise ValueError(f"token_shift={self.token_shift} must be >= 0")
+        self._check_lora()
         # Canonicalise dtypes so that equal configs hash equally ("bfloat16" == jnp.bfloat16).
         object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
         object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
         if isinstance(self.eos_token_id, list):
             object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
 
+    def _check_lora(self) -> None:
+        """Validates the LoRA fields and puts the targets in `LORA_TARGETS` order (equal configs hash equally)."""
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
+            raise ValueError(f"lora_rank={self.lora_rank!r} must be an integer >= 0")
+        if not self.lora_alpha > 0:
+            raise ValueError(f"lora_alpha={self.lora_alpha!r} must be > 0")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout={self.lora_dropout!r} must be in [0, 1)")
+        targets = (self.lora_targets,) if isinstance(self.lora_targets, str) else tuple(self.lora_targets)
+        unknown = sorted(set(targets) - set(LORA_TARGETS))
+        if unknown or not targets:
+            raise ValueError(f"lora_targets={targets}: each must be one of {LORA_TARGETS} (at least one)")
+        object.__setattr__(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
+        object.__setattr__(self, "lora_alpha", float(self.lora_alpha))
+        object.__setattr__(self, "lora_dropout", float(self.lora_dropout))
+
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (e.g. `dtype=jnp.bfloat16`)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def lora_scale(self) -> float:
+        """alpha / r (rank > 0): the factor of every adapter's output (PEFT's `scaling`, without rsLoRA)."""
+        return self.lora_alpha / self.lora_rank
+
+    def without_lora(self) -> ModelConfig:
+        """The base architecture: this config with the LoRA fields at their defaults (no adapters)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name.startswith("lora_")}
+        return self.replace(**defaults)
 
     @classmethod
     def from_hf(cls, hf_config: Mapping[str, Any], *, source: str = "config.json", **overrides: Any):
@@ -143,7 +179,10 @@ class ModelConfig:
         return cls(**fields)
 
     def to_hf(self) -> dict[str, Any]:
-        """A `config.json` dict that transformers (4.x and 5.x) loads as the matching *ForCausalLM."""
+        """A `config.json` dict that transformers (4.x and 5.x) loads as the matching *ForCausalLM.
+
+        It describes the base architecture: LoRA adapters are exported merged into it (`save_pretrained`)
+        or as a PEFT adapter directory (`save_adapter`)."""
         if self.token_shift:
             raise ValueError(
                 f"token_shift={self.token_shift}: no Hugging Face architecture has a token shift"

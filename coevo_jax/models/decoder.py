@@ -9,6 +9,9 @@ both work, and padded keys are never attended. Two entry points share the layers
 * `forward_cached` / `hidden_states_cached`: append a chunk of tokens to a `KVCache` (prefill,
   incremental prefill of new observations, one-token decoding) with static shapes.
 
+With `ModelConfig.lora_rank` > 0 the target projections carry LoRA adapters (`coevo_jax.models.lora`);
+the full-sequence entry points take a `dropout_key` for the adapters' dropout (train steps only).
+
 Jitted code holds the decoder as a static `GraphDef` plus a pure dict of parameters: `abstract_model`
 gives the graphdef (and abstract state) without allocating anything, and `bind` merges a graphdef with
 parameters inside a traced function (train steps, reference pass, sampler).
@@ -22,9 +25,11 @@ H query heads, K key/value heads, E head_dim.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import nnx, traverse_util
 
 from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
@@ -39,6 +44,7 @@ from coevo_jax.models.layers import (
     param,
     rope_inverse_frequencies,
 )
+from coevo_jax.models.lora import add_adapters
 from coevo_jax.models.token_shift import shift_cached, shift_full, write_ids
 
 _INIT_STD = 0.02  # HF `initializer_range`; real weights come from checkpoints
@@ -65,12 +71,16 @@ class Attention(nnx.Module):
         norm = lambda: RMSNorm(e, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd)
         self.q_norm = norm() if cfg.qk_norm else None
         self.k_norm = norm() if cfg.qk_norm else None
+        self.q_lora = self.k_lora = self.v_lora = self.o_lora = None  # set by `lora.add_adapters`
         self.config = cfg  # static (hashable); RoPE frequencies are derived from it at trace time
         self.dtype = cfg.dtype
 
-    def _project(self, x_BxTxD, kernel, bias, norm, positions_BxT):
+    def _project(self, x_BxTxD, kernel, bias, norm, positions_BxT, adapter, dropout_key):
         d, n, e = kernel.shape
-        y_BxTxNxE = dense(x_BxTxD, kernel[...].reshape(d, n * e)).reshape(*x_BxTxD.shape[:-1], n, e)
+        y_BxTxNE = dense(x_BxTxD, kernel[...].reshape(d, n * e))
+        if adapter is not None:
+            y_BxTxNE = y_BxTxNE + adapter(x_BxTxD, dropout_key)
+        y_BxTxNxE = y_BxTxNE.reshape(*x_BxTxD.shape[:-1], n, e)
         if bias is not None:
             y_BxTxNxE = y_BxTxNxE + bias[...].astype(self.dtype)
         if norm is not None:
@@ -81,15 +91,19 @@ class Attention(nnx.Module):
             else apply_rope(y_BxTxNxE, positions_BxT, rope_inverse_frequencies(self.config))
         )
 
-    def __call__(self, x_BxTxD, positions_BxT, mask, layer_cache=None, slots_BxT=None):
+    def __call__(self, x_BxTxD, positions_BxT, mask, layer_cache=None, slots_BxT=None, dropout_key=None):
         """Returns (output [B,T,D], updated (keys, values) of this layer or None without a cache).
 
         `mask` is the key mask [B, T] of a full causal pass (no cache), or with a cache the
         [B, T, S] matrix of the slots each query may attend.
         """
-        q_BxTxHxE = self._project(x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT)
-        k_BxTxKxE = self._project(x_BxTxD, self.k_kernel, self.k_bias, self.k_norm, positions_BxT)
-        v_BxTxKxE = self._project(x_BxTxD, self.v_kernel, self.v_bias, None, None)
+        q_BxTxHxE = self._project(
+            x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT, self.q_lora, dropout_key
+        )
+        k_BxTxKxE = self._project(
+            x_BxTxD, self.k_kernel, self.k_bias, self.k_norm, positions_BxT, self.k_lora, dropout_key
+        )
+        v_BxTxKxE = self._project(x_BxTxD, self.v_kernel, self.v_bias, None, None, self.v_lora, dropout_key)
         q_BxTxHxE = constrain(q_BxTxHxE, ("batch", "length", "heads", "head_dim"))
         k_BxKxTxE, v_BxKxTxE = k_BxTxKxE.transpose(0, 2, 1, 3), v_BxTxKxE.transpose(0, 2, 1, 3)
         new_cache = None
@@ -105,9 +119,10 @@ class Attention(nnx.Module):
         else:
             out_BxTxHxE = attend(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask)
         h, e, d = self.o_kernel.shape
-        out_BxTxD = dense(
-            out_BxTxHxE.reshape(*out_BxTxHxE.shape[:-2], h * e), self.o_kernel[...].reshape(h * e, d)
-        )
+        out_BxTxHE = out_BxTxHxE.reshape(*out_BxTxHxE.shape[:-2], h * e)
+        out_BxTxD = dense(out_BxTxHE, self.o_kernel[...].reshape(h * e, d))
+        if self.o_lora is not None:
+            out_BxTxD = out_BxTxD + self.o_lora(out_BxTxHE, dropout_key)
         if self.o_bias is not None:
             out_BxTxD = out_BxTxD + self.o_bias[...].astype(self.dtype)
         return out_BxTxD, new_cache
@@ -125,17 +140,20 @@ class MLP(nnx.Module):
         self.gate_bias = param(jnp.zeros((f,), pd), ("mlp",)) if bias else None
         self.up_bias = param(jnp.zeros((f,), pd), ("mlp",)) if bias else None
         self.down_bias = param(jnp.zeros((d,), pd), ("embed",)) if bias else None
+        self.gate_lora = self.up_lora = self.down_lora = None  # set by `lora.add_adapters`
         self.dtype = cfg.dtype
 
-    def _dense(self, x, kernel, bias):
+    def _dense(self, x, kernel, bias, adapter, dropout_key):
         y = dense(x, kernel[...])
+        if adapter is not None:
+            y = y + adapter(x, dropout_key)
         return y if bias is None else y + bias[...].astype(self.dtype)
 
-    def __call__(self, x_BxTxD):
-        gate_BxTxF = self._dense(x_BxTxD, self.gate_kernel, self.gate_bias)
-        up_BxTxF = self._dense(x_BxTxD, self.up_kernel, self.up_bias)
+    def __call__(self, x_BxTxD, dropout_key=None):
+        gate_BxTxF = self._dense(x_BxTxD, self.gate_kernel, self.gate_bias, self.gate_lora, dropout_key)
+        up_BxTxF = self._dense(x_BxTxD, self.up_kernel, self.up_bias, self.up_lora, dropout_key)
         hidden_BxTxF = constrain(jax.nn.silu(gate_BxTxF) * up_BxTxF, ("batch", "length", "mlp"))
-        return self._dense(hidden_BxTxF, self.down_kernel, self.down_bias)
+        return self._dense(hidden_BxTxF, self.down_kernel, self.down_bias, self.down_lora, dropout_key)
 
 
 class Block(nnx.Module):
@@ -150,12 +168,12 @@ class Block(nnx.Module):
         self.post_attn_norm = norm()
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x_BxTxD, positions_BxT, mask, layer_cache=None, slots_BxT=None):
+    def __call__(self, x_BxTxD, positions_BxT, mask, layer_cache=None, slots_BxT=None, dropout_key=None):
         attn_BxTxD, new_cache = self.attn(
-            self.input_norm(x_BxTxD), positions_BxT, mask, layer_cache, slots_BxT
+            self.input_norm(x_BxTxD), positions_BxT, mask, layer_cache, slots_BxT, dropout_key
         )
         x_BxTxD = x_BxTxD + attn_BxTxD
-        x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
+        x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD), dropout_key)
         return constrain(x_BxTxD, ("batch", "length", "embed")), new_cache
 
 
@@ -192,6 +210,8 @@ class Decoder(nnx.Module):
         )
         shift = cfg.token_shift
         self.token_shift = param(jnp.zeros((shift, d), pd), ("norm", "embed")) if shift else None
+        if cfg.lora_rank:
+            add_adapters(self, rngs)
 
     @property
     def unembedding(self) -> jax.Array:
@@ -209,19 +229,27 @@ class Decoder(nnx.Module):
         logits = jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembedding, preferred_element_type=jnp.float32)
         return constrain(logits, ("batch", "length", "vocab"))
 
-    def _layers(self, x_BxTxD, positions_BxT, mask, cache: KVCache | None, slots_BxT):
+    def _layers(self, x_BxTxD, positions_BxT, mask, cache: KVCache | None, slots_BxT, dropout_key=None):
         run = _run_block_remat if self.config.remat else _run_block
         keys, values = [], []
         for i, block in enumerate(self.layers):
             layer_cache = None if cache is None else (cache.keys[i], cache.values[i])
-            x_BxTxD, new_layer_cache = run(block, x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT)
+            layer_key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+            x_BxTxD, new_layer_cache = run(
+                block, x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT, layer_key
+            )
             if new_layer_cache is not None:
                 keys.append(new_layer_cache[0])
                 values.append(new_layer_cache[1])
         return self.final_norm(x_BxTxD), (tuple(keys), tuple(values))
 
-    def hidden_states_from_embeddings(self, x_BxTxD: jax.Array, attention_mask_BxT=None) -> jax.Array:
-        """Final normed hidden states [B, T, D] from input embeddings (full causal attention)."""
+    def hidden_states_from_embeddings(
+        self, x_BxTxD: jax.Array, attention_mask_BxT=None, dropout_key=None
+    ) -> jax.Array:
+        """Final normed hidden states [B, T, D] from input embeddings (full causal attention).
+
+        `dropout_key` switches on the LoRA adapters' dropout (train steps); without it the pass is
+        deterministic."""
         batch, length, _ = x_BxTxD.shape
         if attention_mask_BxT is None:
             attention_mask_BxT = jnp.ones((batch, length), jnp.int32)
@@ -230,12 +258,14 @@ class Decoder(nnx.Module):
         if self.token_shift is not None:
             weights_NxD = self.token_shift[...].astype(self.config.dtype)
             x_BxTxD = shift_full(x_BxTxD, positions_BxT, mask_BxT, weights_NxD)
-        hidden_BxTxD, _ = self._layers(x_BxTxD, positions_BxT, mask_BxT, None, None)
+        hidden_BxTxD, _ = self._layers(x_BxTxD, positions_BxT, mask_BxT, None, None, dropout_key)
         return hidden_BxTxD
 
-    def hidden_states(self, input_ids_BxT: jax.Array, attention_mask_BxT=None) -> jax.Array:
+    def hidden_states(self, input_ids_BxT: jax.Array, attention_mask_BxT=None, dropout_key=None) -> jax.Array:
         """Final normed hidden states [B, T, D]; pair with `unembedding` for memory-light losses."""
-        return self.hidden_states_from_embeddings(self.embed_tokens(input_ids_BxT), attention_mask_BxT)
+        return self.hidden_states_from_embeddings(
+            self.embed_tokens(input_ids_BxT), attention_mask_BxT, dropout_key
+        )
 
     def __call__(self, input_ids_BxT: jax.Array, attention_mask_BxT=None) -> jax.Array:
         """Float32 logits [B, T, V]. Padding (mask 0) may be on either side; its logits are garbage."""
@@ -278,6 +308,39 @@ class Decoder(nnx.Module):
 def abstract_model(model_cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
     """(graphdef, abstract parameter state with logical-axis metadata) without allocating anything."""
     return nnx.split(nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))))
+
+
+@functools.lru_cache(maxsize=16)
+def _adapter_paths(model_cfg: ModelConfig) -> frozenset[tuple]:
+    """Paths of the `nnx.LoRAParam` variables (the adapters) in a decoder's parameter tree."""
+    _, state = abstract_model(model_cfg)
+    return frozenset(path for path, _ in nnx.to_flat_state(state.filter(nnx.LoRAParam)))
+
+
+def partition_trainable(params: dict, model_cfg: ModelConfig) -> tuple[dict, dict]:
+    """(trainable, frozen) parts of a parameter tree: the pure dict, or a tree of its shardings or shapes.
+
+    Full fine-tuning (`lora_rank` 0) trains every parameter: (params, {}). Under LoRA the adapters are
+    trained and the base is frozen: (adapters, base).
+    """
+    if not model_cfg.lora_rank:
+        return params, {}
+    adapters = _adapter_paths(model_cfg)
+    flat = traverse_util.flatten_dict(params)
+    trainable = {path: value for path, value in flat.items() if path in adapters}
+    frozen = {path: value for path, value in flat.items() if path not in adapters}
+    if len(trainable) != len(adapters):
+        raise ValueError(f"expected {len(adapters)} adapter arrays (LoRA), the tree has {len(trainable)}")
+    return traverse_util.unflatten_dict(trainable), traverse_util.unflatten_dict(frozen)
+
+
+def combine_trainable(trainable: dict, frozen: dict) -> dict:
+    """The whole parameter tree from its `partition_trainable` parts (cheap: no array is copied)."""
+    if not frozen:
+        return trainable
+    return traverse_util.unflatten_dict(
+        {**traverse_util.flatten_dict(frozen), **traverse_util.flatten_dict(trainable)}
+    )
 
 
 def bind(graphdef: nnx.GraphDef, params: dict, compute_shardings=None) -> Decoder:

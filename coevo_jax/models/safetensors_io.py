@@ -81,6 +81,20 @@ def open_safetensors(checkpoint_dir: str) -> Iterator[TensorSource]:
         )
 
 
+@contextlib.contextmanager
+def open_safetensors_file(path: str) -> Iterator[TensorSource]:
+    """A lazy `TensorSource` over one safetensors file (e.g. a PEFT adapter's), valid inside the `with`."""
+    with _safe_open(path) as handle:
+
+        def read(name: str) -> np.ndarray:
+            try:
+                return handle.get_tensor(name)
+            except Exception as err:
+                raise ValueError(f"{path}: cannot read tensor {name!r}: {err}") from err
+
+        yield TensorSource(names=frozenset(handle.keys()), read=read, location=lambda name: path)
+
+
 def write_safetensors(
     path: str,
     tensors: Iterable[tuple[str, tuple[int, ...], np.dtype, Callable[[], np.ndarray]]],
