@@ -50,7 +50,7 @@ def main() -> None:
         steps.reference(state.params, dpo_throughput._collate(pairs, first, mesh, rules))
     )
     batch = dpo_throughput._collate(pairs, first, mesh, rules, (np.ravel(chosen), np.ravel(rejected)))
-    names = _op_names(steps.dpo.jitted.lower(state, batch).compile().as_text())
+    names = _op_names(steps.dpo.lower(state, batch).compile().as_text())
     for _ in range(2):
         state, metrics = steps.dpo(state, batch)
         jax.block_until_ready(metrics)

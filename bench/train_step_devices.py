@@ -98,7 +98,7 @@ def run(args) -> None:
         for s in leaf.addressable_shards
         if s.device == device0
     )
-    compiled = steps.sft.jitted.lower(state, {k: placed[k] for k in steps.sft.keys}).compile()
+    compiled = steps.sft.lower(state, placed).compile()
     memory = compiled.memory_analysis()
 
     state, metrics = steps.sft(state, placed)  # warm-up (compile)
@@ -152,7 +152,7 @@ def compile_only(args, cfg, tx, shardings, steps, mesh, rules) -> None:
         (1, args.rows), jnp.float32, sharding=jax.sharding.NamedSharding(mesh, sharding.batch_spec(2, rules))
     )
     start = time.perf_counter()
-    memory = steps.sft.jitted.lower(state, batch).compile().memory_analysis()
+    memory = steps.sft.lower(state, batch).compile().memory_analysis()
     total = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
     print(
         f"== {jax.device_count()} device(s), mesh {dict(mesh.shape)}, {cfg.num_layers} layers x {cfg.hidden_size}"

@@ -5,11 +5,15 @@ where the phase's update loop stands (`LoopPosition`: epoch, phase, batch) as JS
 and atomic (Orbax writes to a temporary directory and commits it when complete); restoring takes a target
 of ShapeDtypeStructs with shardings (`train.abstract_state`), which may belong to a different mesh than
 the one that saved.
+
+Under LoRA the state holds only the adapters, so a checkpoint records which frozen base they belong to
+(`base_fingerprint`, in the checkpoint's Orbax metadata), and restoring onto another base is an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from typing import Any
 
@@ -24,6 +28,47 @@ from coevo_jax.train.state import TrainState
 
 STATE_ITEM = "state"
 POSITION_ITEM = "position"
+BASE_METADATA_KEY = "lora_base"  # custom metadata of a checkpoint of adapters: the base's fingerprint
+_SAMPLES_PER_TENSOR = 64
+
+
+class BaseMismatchError(ValueError):
+    """Adapters were about to be restored onto a base other than the one they were trained on."""
+
+
+def base_fingerprint(model_cfg: ModelConfig, base: dict) -> str:
+    """A short digest naming a frozen base: its architecture and dtype, and exact values of its tensors.
+
+    The values are 64 evenly spaced elements of every tensor, gathered exactly (no reduction), so the
+    digest is the same on any mesh and any number of processes, and costs no pass over the whole base.
+    """
+    samples = _gather_to_host(jax.jit(lambda p: jax.tree.map(_spaced_elements, p))(base))
+    architecture = model_cfg.without_lora().replace(dtype="float32", remat=False)  # not how it computes
+    digest = hashlib.sha256(repr(architecture).encode())
+    for path, values in sorted(jax.tree_util.tree_leaves_with_path(samples), key=lambda x: str(x[0])):
+        digest.update(f"{jax.tree_util.keystr(path)}:{values.dtype}".encode())
+        digest.update(np.ascontiguousarray(values).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _spaced_elements(x: jax.Array) -> jax.Array:
+    positions = np.linspace(0, x.size - 1, min(x.size, _SAMPLES_PER_TENSOR)).astype(np.int64)
+    return x.reshape(-1)[positions]
+
+
+def base_metadata(base: str | None) -> dict | None:
+    """The Orbax custom metadata recording `base` (a `base_fingerprint`), or None without LoRA."""
+    return None if base is None else {BASE_METADATA_KEY: base}
+
+
+def check_base(metadata: dict | None, base: str | None, where: str) -> None:
+    """Raises `BaseMismatchError` unless checkpoint `where` (its custom `metadata`) belongs to `base`."""
+    saved = (metadata or {}).get(BASE_METADATA_KEY)
+    if saved != base:
+        raise BaseMismatchError(
+            f"{where}: saved for LoRA base {saved!r}, restoring onto base {base!r} "
+            "(None: full fine-tuning); use the base and LoRA settings it was trained with"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +106,11 @@ def save(
     position: LoopPosition,
     *,
     force: bool = True,
+    base: str | None = None,
 ) -> bool:
-    """Starts saving (returns once the arrays are copied; the write goes on in the background)."""
+    """Starts saving (returns once the arrays are copied; the write goes on in the background).
+
+    `base` is the `base_fingerprint` of the frozen base when `state` trains LoRA adapters."""
     return manager.save(
         checkpoint_id,
         args=ocp.args.Composite(
@@ -72,16 +120,26 @@ def save(
             }
         ),
         force=force,
+        custom_metadata=base_metadata(base),
     )
 
 
 def restore(
-    manager: ocp.CheckpointManager, target: TrainState, checkpoint_id: int | None = None
+    manager: ocp.CheckpointManager,
+    target: TrainState,
+    checkpoint_id: int | None = None,
+    *,
+    base: str | None = None,
 ) -> tuple[TrainState, LoopPosition]:
-    """(state placed in `target`'s shardings, loop position) of a checkpoint (default: the latest)."""
+    """(state placed in `target`'s shardings, loop position) of a checkpoint (default: the latest).
+
+    `base`: the fingerprint of the LoRA base the state must belong to (None: full fine-tuning); a
+    checkpoint saved for another base raises `BaseMismatchError`."""
     checkpoint_id = manager.latest_step() if checkpoint_id is None else checkpoint_id
     if checkpoint_id is None:
         raise FileNotFoundError(f"{manager.directory}: no checkpoint to restore")
+    where = f"{manager.directory}/{checkpoint_id}"
+    check_base(manager.metadata(checkpoint_id).custom_metadata, base, where)
     restored = manager.restore(
         checkpoint_id,
         args=ocp.args.Composite(
@@ -103,7 +161,8 @@ def export_policy(
 ) -> None:
     """Writes a policy as a Hugging Face checkpoint directory (process 0 writes; all must call).
 
-    `dtype` (e.g. "bfloat16") converts the stored weights; default keeps the parameter dtype.
+    `dtype` (e.g. "bfloat16") converts the stored weights; default keeps the parameter dtype. A LoRA
+    policy is written with its adapters merged into the base (`save_pretrained`).
     """
     cfg: ModelConfig = nnx.merge(graphdef, params).config
     if dtype is not None:

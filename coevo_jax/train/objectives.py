@@ -4,7 +4,9 @@
 * `dpo_objective`: eq. 7, DPO (the failure agent on D_fail; ETO and the positive agent on expert pairs);
 * `coevo_objective`: eq. 9, per-pair weighted DPO plus auxiliary SFT on the chosen side (the target agent).
 
-Each returns (this micro-batch's share of the batch loss, metric sums). The share is a *sum* over the
+Each takes the decoder, one micro-batch, the whole batch's normaliser, the static settings and a dropout key
+(the LoRA adapters' dropout; None in passes that must be deterministic, like the reference log-probs), and
+returns (this micro-batch's share of the batch loss, metric sums). The share is a *sum* over the
 micro-batch divided by the whole batch's normaliser (action tokens for eq. 3/5, valid pairs for eq. 7/9), so
 adding the shares and their gradients over micro-batches gives exactly the full-batch mean.
 
@@ -33,30 +35,35 @@ class ObjectiveConfig:
     logprob_chunk_size: int = 1024
 
 
-def token_logprobs(model: Decoder, batch: dict, chunk_size: int) -> jax.Array:
+def token_logprobs(model: Decoder, batch: dict, chunk_size: int, dropout_key=None) -> jax.Array:
     """log pi(targets | prefix) per position, [R, L] float32, memory-lean per row."""
-    hidden_RxLxD = model.hidden_states(batch["input_ids"], batch["attention_mask"])
+    hidden_RxLxD = model.hidden_states(batch["input_ids"], batch["attention_mask"], dropout_key)
     unembed_DxV = model.unembedding
     # `chunk_size` is per row: every chunk of the scan holds chunk_size positions of all rows at once.
     tokens_per_chunk = chunk_size * hidden_RxLxD.shape[0]
     return losses.token_logprobs_from_hidden(hidden_RxLxD, unembed_DxV, batch["targets"], tokens_per_chunk)
 
 
-def pair_logprobs(model: Decoder, batch: dict, chunk_size: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def pair_logprobs(
+    model: Decoder, batch: dict, chunk_size: int, dropout_key=None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(chosen, rejected) sequence log-probs [P] (eq. 2/4) and chosen action-token counts [P].
 
     Rows 2p and 2p + 1 are pair p's chosen and rejected sides (`coevo_jax.data.batching.collate_dpo`).
     """
-    seq_logps_R = losses.masked_sum(token_logprobs(model, batch, chunk_size), batch["loss_mask"])
+    token_logps_RxL = token_logprobs(model, batch, chunk_size, dropout_key)
+    seq_logps_R = losses.masked_sum(token_logps_RxL, batch["loss_mask"])
     pairs_Px2 = seq_logps_R.reshape(-1, 2)
     token_counts_Px2 = jnp.sum(batch["loss_mask"].astype(jnp.float32), axis=-1).reshape(-1, 2)
     return pairs_Px2[:, 0], pairs_Px2[:, 1], token_counts_Px2[:, 0]
 
 
-def sft_objective(model: Decoder, batch: dict, total_tokens: jax.Array, cfg: ObjectiveConfig):
+def sft_objective(
+    model: Decoder, batch: dict, total_tokens: jax.Array, cfg: ObjectiveConfig, dropout_key=None
+):
     """Eq. 3/5: summed action-token NLL of the micro-batch / action tokens of the whole batch."""
     terms = losses.sft_terms_from_token_logprobs(
-        token_logprobs(model, batch, cfg.logprob_chunk_size), batch["loss_mask"]
+        token_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key), batch["loss_mask"]
     )
     return terms.nll_sum / total_tokens, {"nll_sum": terms.nll_sum, "token_count": terms.token_count}
 
@@ -75,17 +82,21 @@ def _pair_sums(dpo: losses.DPOOutput, chosen, rejected, mask) -> dict[str, jax.A
     }
 
 
-def dpo_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig):
+def dpo_objective(
+    model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig, dropout_key=None
+):
     """Eq. 7: DPO against cached reference log-probs, summed over valid pairs / valid pairs of the batch."""
-    chosen, rejected, _ = pair_logprobs(model, batch, cfg.logprob_chunk_size)
+    chosen, rejected, _ = pair_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key)
     dpo = losses.dpo_loss(chosen, rejected, batch["ref_chosen_logps"], batch["ref_rejected_logps"], cfg.beta)
     sums = _pair_sums(dpo, chosen, rejected, batch["pair_mask"])
     return sums["dpo_loss_sum"] / total_pairs, sums
 
 
-def coevo_objective(model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig):
+def coevo_objective(
+    model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig, dropout_key=None
+):
     """Eq. 9: lambda_dpo * DPO + lambda_sft * chosen NLL per pair, summed / valid pairs of the batch."""
-    chosen, rejected, chosen_counts = pair_logprobs(model, batch, cfg.logprob_chunk_size)
+    chosen, rejected, chosen_counts = pair_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key)
     out = losses.coevo_loss(
         chosen,
         rejected,

@@ -1,10 +1,13 @@
 """Train state of one policy and its creation directly into shardings (never whole on one device).
 
-A policy is a static NNX `GraphDef` (kept outside any pytree) plus a `TrainState` pytree: step counter,
-parameters as a pure nested dict (what `nnx.merge(graphdef, params)` takes) and the optax state. Shapes
-come first (`jax.eval_shape`), shardings follow from the logical-axis rules, and the state is built by a
-jitted initializer with those `out_shardings`, or loaded tensor by tensor through `load_pretrained`'s
-`place` callback.
+A policy is a static NNX `GraphDef` (kept outside any pytree) plus its parameters as a pure nested dict
+(what `nnx.merge(graphdef, params)` takes). Its `TrainState` pytree holds the step counter, the *trainable*
+parameters and their optax state: every parameter in full fine-tuning; only the LoRA adapters when
+`ModelConfig.lora_rank` > 0, whose frozen base stays outside the state (no gradient, no optimizer moments;
+`models.partition_trainable` splits a policy's parameters into the two). Shapes come first
+(`jax.eval_shape`), shardings follow from the logical-axis rules, and the state is built by a jitted
+initializer with those `out_shardings`, or loaded tensor by tensor through `load_pretrained`'s `place`
+callback.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from coevo_jax.models import Decoder, ModelConfig, abstract_model, load_pretrained
+from coevo_jax.models import Decoder, ModelConfig, abstract_model, load_pretrained, partition_trainable
 from coevo_jax.sharding import ShardingRules, checked_sharding, param_shardings, replicated
 
 
 @flax.struct.dataclass
 class TrainState:
-    """One policy's trainable state: `step` (int32 scalar), `params` (pure dict), `opt_state` (optax)."""
+    """One policy's trainable state: `step` (int32 scalar), `params` (the trainable parameters, pure dict),
+    `opt_state` (optax)."""
 
     step: jax.Array
     params: dict
@@ -42,22 +46,27 @@ def opt_state_shardings(tx: optax.GradientTransformation, params_shardings: dict
     )
 
 
+def policy_shardings(model_cfg: ModelConfig, mesh: Mesh, rules: ShardingRules) -> dict:
+    """NamedShardings of all the policy's parameters (with LoRA: base and adapters)."""
+    _, abstract = abstract_model(model_cfg)
+    return param_shardings(abstract, mesh, rules)
+
+
 def state_shardings(
     model_cfg: ModelConfig, tx: optax.GradientTransformation, mesh: Mesh, rules: ShardingRules
 ) -> TrainState:
     """A `TrainState` of NamedShardings; raises ValueError naming a parameter whose dims do not divide."""
-    _, abstract = abstract_model(model_cfg)
-    params_sh = param_shardings(abstract, mesh, rules)
+    params_sh, _ = partition_trainable(policy_shardings(model_cfg, mesh, rules), model_cfg)
     return TrainState(
         step=replicated(mesh),
         params=params_sh,
-        opt_state=opt_state_shardings(tx, params_sh, nnx.to_pure_dict(abstract), mesh),
+        opt_state=opt_state_shardings(tx, params_sh, abstract_params_of(model_cfg), mesh),
     )
 
 
 def abstract_params_of(model_cfg: ModelConfig) -> dict:
-    """Pure dict of ShapeDtypeStructs of the parameters."""
-    return nnx.to_pure_dict(abstract_model(model_cfg)[1])
+    """Pure dict of ShapeDtypeStructs of the trainable parameters."""
+    return partition_trainable(nnx.to_pure_dict(abstract_model(model_cfg)[1]), model_cfg)[0]
 
 
 def abstract_state(model_cfg: ModelConfig, tx, shardings: TrainState) -> TrainState:
@@ -83,6 +92,22 @@ def init_params(model_cfg: ModelConfig, param_shardings: dict, key: jax.Array) -
     if cache_key not in _JITTED_INITS:
         _JITTED_INITS[cache_key] = jax.jit(
             lambda k: _init_params(model_cfg, k), out_shardings=param_shardings
+        )
+    return _JITTED_INITS[cache_key](key)
+
+
+def init_adapters(model_cfg: ModelConfig, adapter_shardings: dict, key: jax.Array) -> dict:
+    """The fresh LoRA adapters (A drawn, B = 0) of `init_params(model_cfg, ..., key)`, in their shardings.
+
+    Only the adapters are returned, so XLA drops the base's initialisation: a new adapter for an existing
+    (loaded, shared) base costs no base-sized allocation.
+    """
+    leaves, treedef = jax.tree.flatten(adapter_shardings)
+    cache_key = ("adapters", model_cfg, treedef, tuple(leaves))
+    if cache_key not in _JITTED_INITS:
+        _JITTED_INITS[cache_key] = jax.jit(
+            lambda k: partition_trainable(_init_params(model_cfg, k), model_cfg)[0],
+            out_shardings=adapter_shardings,
         )
     return _JITTED_INITS[cache_key](key)
 
@@ -117,14 +142,19 @@ def _wrap_params(model_cfg: ModelConfig, tx):
 def init_train_state(
     model_cfg: ModelConfig, tx: optax.GradientTransformation, shardings: TrainState, key: jax.Array
 ) -> TrainState:
-    """A freshly initialised state, each array created directly in its sharding."""
+    """A freshly initialised full fine-tuning state, each array created directly in its sharding.
+
+    A LoRA state starts from a base: `train_state_from_params` on the adapters of `init_params` (or of a
+    loaded base with `init_adapters`)."""
+    if model_cfg.lora_rank:
+        raise ValueError("init_train_state: LoRA adapters start from a base; use train_state_from_params")
     return _jitted_once("fresh", _fresh_init, model_cfg, tx, shardings)(key)
 
 
 def train_state_from_params(
     params: dict, tx: optax.GradientTransformation, shardings: TrainState
 ) -> TrainState:
-    """A step-0 state around existing (already placed) parameters, which it takes over (donated)."""
+    """A step-0 state around existing (already placed) trainable parameters, which it takes over (donated)."""
     return _jitted_once("wrap", _wrap_params, None, tx, shardings)(params)
 
 
@@ -141,10 +171,13 @@ def sharded_place(mesh: Mesh, rules: ShardingRules):
     return place
 
 
-def load_sharded(path: str, mesh: Mesh, rules: ShardingRules, *, dtype=None, param_dtype=None, remat=None):
-    """(model config, graphdef, params dict, tokenizer) of an HF directory or GGUF file, loaded sharded."""
+def load_sharded(
+    path: str, mesh: Mesh, rules: ShardingRules, *, dtype=None, param_dtype=None, remat=None, adapter=None
+):
+    """(model config, graphdef, params dict, tokenizer) of an HF directory or GGUF file, loaded sharded
+    (with `adapter`, a PEFT adapter directory on top: see `load_pretrained`)."""
     model, tokenizer = load_pretrained(
-        path, dtype=dtype, param_dtype=param_dtype, place=sharded_place(mesh, rules)
+        path, dtype=dtype, param_dtype=param_dtype, place=sharded_place(mesh, rules), adapter=adapter
     )
     cfg = model.config if remat is None else model.config.replace(remat=remat)
     graphdef, _ = abstract_model(cfg)

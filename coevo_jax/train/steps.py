@@ -1,8 +1,14 @@
 """Jitted train steps: gradient accumulation over micro-batches, one AdamW update, device-scalar metrics.
 
-The steps are module-level pure functions of (`TrainState`, batch); `build_steps` jits them once per
-policy architecture and mesh with explicit in/out shardings and the state donated. Both co-evolving
-policies share one architecture and mesh, hence one set of compiled programs (one per bucket shape).
+The steps are module-level pure functions of (`TrainState`, batch, frozen parameters); `build_steps` jits
+them once per policy architecture and mesh with explicit in/out shardings and the state donated. Both
+co-evolving policies share one architecture and mesh, hence one set of compiled programs (one per bucket
+shape). Under LoRA the state holds only the adapters and the frozen base comes as its own argument (never
+donated: both agents and every reference share it); gradients and optimizer moments exist for the adapters
+alone. Without LoRA the frozen part is empty.
+
+The LoRA adapters' dropout draws its masks from the update count and the micro-batch index, so a phase
+resumed from a checkpoint replays the same masks.
 
 Batches are in device layout [K, rows, ...] (`coevo_jax.sharding.device_layout`/`place_batch`): the K
 micro-batches are scanned with `lax.scan`, gradients summed in float32 in the parameters' sharding, and
@@ -20,10 +26,10 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
+from flax import nnx, traverse_util
 from jax.sharding import Mesh, NamedSharding
 
-from coevo_jax.models.decoder import bind
+from coevo_jax.models.decoder import bind, combine_trainable
 from coevo_jax.sharding import (
     PAIR_KEYS,
     SEQUENCE_KEYS,
@@ -40,7 +46,8 @@ from coevo_jax.train.state import TrainState
 SFT_KEYS = (*SEQUENCE_KEYS, "example_mask")
 DPO_KEYS = (*SEQUENCE_KEYS, *PAIR_KEYS)
 
-Objective = Callable  # (model, micro_batch, normaliser, ObjectiveConfig) -> (loss share, metric sums)
+Objective = Callable  # (model, micro_batch, normaliser, ObjectiveConfig, dropout key) -> (loss share, sums)
+_DROPOUT_SEED = 0  # the LoRA dropout key of update `step` is fold_in(key(_DROPOUT_SEED), step)
 
 
 def sft_normaliser(batch: dict) -> jax.Array:
@@ -62,16 +69,22 @@ def accumulate_gradients(
     cfg: ObjectiveConfig,
     grad_shardings=None,
     compute_shardings=None,
+    frozen: dict | None = None,
+    dropout_key: jax.Array | None = None,
 ) -> tuple[jax.Array, dict, dict]:
-    """(batch loss, gradients, summed metrics) over the leading micro-batch axis of `batch`.
+    """(batch loss, gradients of `params`, summed metrics) over the leading micro-batch axis of `batch`.
 
-    `grad_shardings` keeps the float32 gradient sum in the parameters' (FSDP) sharding; `compute_shardings`
-    is how the weights are gathered for the forward/backward pass (see `models.decoder.bind`).
+    `params` are the trainable parameters and `frozen` the rest of the policy (LoRA's base; no gradient is
+    formed for it). `grad_shardings` keeps the float32 gradient sum in the parameters' (FSDP) sharding;
+    `compute_shardings` is how all the weights are gathered for the forward/backward pass (see
+    `models.decoder.bind`). `dropout_key` (micro-batch k uses fold_in(key, k)) switches LoRA dropout on.
     """
     total = normaliser(batch)
+    frozen = {} if frozen is None else frozen
 
-    def loss_fn(params, micro_batch):
-        return objective(bind(graphdef, params, compute_shardings), micro_batch, total, cfg)
+    def loss_fn(params, micro_batch, key):
+        model = bind(graphdef, combine_trainable(params, frozen), compute_shardings)
+        return objective(model, micro_batch, total, cfg, key)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     keep_sharded = (
@@ -80,20 +93,23 @@ def accumulate_gradients(
         else functools.partial(jax.lax.with_sharding_constraint, shardings=grad_shardings)
     )
 
-    def body(carry, micro_batch):
+    def body(carry, indexed):
+        index, micro_batch = indexed
         loss_acc, grads_acc, sums_acc = carry
-        (loss, sums), grads = grad_fn(params, micro_batch)
+        key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
+        (loss, sums), grads = grad_fn(params, micro_batch, key)
         grads_acc = keep_sharded(jax.tree.map(jnp.add, grads_acc, grads))
         return (loss_acc + loss, grads_acc, jax.tree.map(jnp.add, sums_acc, sums)), None
 
     first = jax.tree.map(lambda x: x[0], batch)
-    sums_shape = jax.eval_shape(loss_fn, params, first)[1]
+    sums_shape = jax.eval_shape(loss_fn, params, first, dropout_key)[1]
     init = (
         jnp.zeros((), jnp.float32),
         keep_sharded(jax.tree.map(jnp.zeros_like, params)),
         jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape),
     )
-    (loss, grads, sums), _ = jax.lax.scan(body, init, batch)
+    micro_batches = jnp.arange(jax.tree.leaves(batch)[0].shape[0])
+    (loss, grads, sums), _ = jax.lax.scan(body, init, (micro_batches, batch))
     return loss, grads, sums
 
 
@@ -107,6 +123,7 @@ def _pair_metrics(sums: dict) -> dict:
 def train_step(
     state: TrainState,
     batch: dict,
+    frozen: dict,
     *,
     objective: Objective,
     normaliser: Callable[[dict], jax.Array],
@@ -120,14 +137,25 @@ def train_step(
     compute_shardings=None,
     return_grads: bool = False,
 ) -> tuple[TrainState, dict]:
-    """One optimizer update from a whole (micro-batched) batch; returns the new state and metrics.
+    """One optimizer update of the trainable parameters from a whole (micro-batched) batch, the `frozen`
+    rest of the policy held fixed; returns the new state and metrics.
 
     Metrics are device scalars (read them back only at the logging cadence); with `return_grads` they
     also hold the gradient tree under "grads" (for tests and debugging).
     """
+    dropout_key = jax.random.fold_in(jax.random.key(_DROPOUT_SEED), state.step)
     with activation_context(mesh, rules):
         loss, grads, sums = accumulate_gradients(
-            objective, normaliser, graphdef, state.params, batch, cfg, grad_shardings, compute_shardings
+            objective,
+            normaliser,
+            graphdef,
+            state.params,
+            batch,
+            cfg,
+            grad_shardings,
+            compute_shardings,
+            frozen,
+            dropout_key,
         )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     new_state = TrainState(
@@ -155,15 +183,40 @@ class JittedStep:
         self.jitted = fn
         self.keys = keys
 
-    def __call__(self, first, batch: dict):
+    def _own(self, batch: dict) -> dict:
         missing = [k for k in self.keys if k not in batch]
         if missing:
             raise KeyError(f"batch lacks {missing}")
-        return self.jitted(first, {k: batch[k] for k in self.keys})
+        return {k: batch[k] for k in self.keys}
+
+    def __call__(self, first, batch: dict):
+        return self.jitted(first, self._own(batch))
 
     @property
     def compilations(self) -> int:
         return self.jitted._cache_size()
+
+
+class JittedTrainStep(JittedStep):
+    """A jitted train step of (TrainState, batch, frozen parameters); `frozen` is {} without LoRA."""
+
+    def __init__(self, fn: Callable, keys: tuple[str, ...], frozen_shardings: dict):
+        super().__init__(fn, keys)
+        self._frozen_structure = jax.tree.structure(frozen_shardings)
+
+    def _frozen(self, frozen: dict | None) -> dict:
+        frozen = {} if frozen is None else frozen
+        if jax.tree.structure(frozen) != self._frozen_structure:
+            what = "the LoRA base (frozen parameters)" if self._frozen_structure.num_leaves else "nothing"
+            raise ValueError(f"this train step's frozen argument must be {what}")
+        return frozen
+
+    def __call__(self, state: TrainState, batch: dict, frozen: dict | None = None):
+        return self.jitted(state, self._own(batch), self._frozen(frozen))
+
+    def lower(self, state: TrainState, batch: dict, frozen: dict | None = None):
+        """The step lowered for these (possibly abstract) arguments: `.compile().memory_analysis()`."""
+        return self.jitted.lower(state, self._own(batch), self._frozen(frozen))
 
 
 class StepKind(enum.Enum):
@@ -178,18 +231,26 @@ class StepKind(enum.Enum):
 class PolicySteps:
     """The compiled programs shared by the policies of one architecture on one mesh.
 
-    `sft` (eq. 3/5), `dpo` (eq. 7) and `coevo` (eq. 9) map (TrainState, batch) -> (TrainState, metrics)
-    and donate the state; `reference` maps (params, batch) -> (chosen, rejected) log-probs [K, P].
+    `sft` (eq. 3/5), `dpo` (eq. 7) and `coevo` (eq. 9) map (TrainState, batch, frozen) -> (TrainState,
+    metrics) and donate the state; `reference` maps the whole policy's (params, batch) -> (chosen,
+    rejected) log-probs [K, P], deterministically (no dropout).
     """
 
-    sft: JittedStep
-    dpo: JittedStep
-    coevo: JittedStep
+    sft: JittedTrainStep
+    dpo: JittedTrainStep
+    coevo: JittedTrainStep
     reference: JittedStep
 
-    def step(self, kind: StepKind) -> JittedStep:
+    def step(self, kind: StepKind) -> JittedTrainStep:
         """The train step of `kind`."""
         return {StepKind.SFT: self.sft, StepKind.DPO: self.dpo, StepKind.COEVO: self.coevo}[kind]
+
+
+def _frozen_part(param_shardings: dict, trainable_shardings: dict) -> dict:
+    """The parameters of `param_shardings` that are not trainable (LoRA's base), as a sharding tree."""
+    flat = traverse_util.flatten_dict(param_shardings)
+    trainable = traverse_util.flatten_dict(trainable_shardings)
+    return traverse_util.unflatten_dict({path: s for path, s in flat.items() if path not in trainable})
 
 
 def _batch_shardings(keys: tuple[str, ...], mesh: Mesh, rules: ShardingRules) -> dict[str, NamedSharding]:
@@ -206,14 +267,19 @@ def build_steps(
     rules: ShardingRules,
     cfg: ObjectiveConfig,
     *,
+    param_shardings: dict | None = None,
     return_grads: bool = False,
 ) -> PolicySteps:
     """Jits the three train steps and the reference pass with explicit shardings (state donated).
 
-    With `return_grads` the step metrics also carry the gradients (replicated: for tests and debugging).
+    `param_shardings` are those of all the policy's parameters (`train.state.policy_shardings`); they
+    default to the state's, which is right without LoRA. With `return_grads` the step metrics also carry
+    the gradients (replicated: for tests and debugging).
     """
     metric_sharding = replicated(mesh)
-    weights_for_compute = compute_shardings(shardings.params, rules)
+    param_shardings = shardings.params if param_shardings is None else param_shardings
+    frozen_shardings = _frozen_part(param_shardings, shardings.params)
+    weights_for_compute = compute_shardings(param_shardings, rules)
 
     def jit_step(objective, normaliser, keys):
         fn = functools.partial(
@@ -232,11 +298,11 @@ def build_steps(
         )
         jitted = jax.jit(
             fn,
-            in_shardings=(shardings, _batch_shardings(keys, mesh, rules)),
+            in_shardings=(shardings, _batch_shardings(keys, mesh, rules), frozen_shardings),
             out_shardings=(shardings, metric_sharding),
             donate_argnums=0,
         )
-        return JittedStep(jitted, keys)
+        return JittedTrainStep(jitted, keys, frozen_shardings)
 
     pair_sharding = NamedSharding(mesh, batch_spec(2, rules))
     reference = jax.jit(
@@ -248,7 +314,7 @@ def build_steps(
             rules=rules,
             compute_shardings=weights_for_compute,
         ),
-        in_shardings=(shardings.params, _batch_shardings(SEQUENCE_KEYS, mesh, rules)),
+        in_shardings=(param_shardings, _batch_shardings(SEQUENCE_KEYS, mesh, rules)),
         out_shardings=(pair_sharding, pair_sharding),
     )
     return PolicySteps(
