@@ -22,6 +22,11 @@ derives each row's key from its episode gets the same samples however episodes a
 Stop sequences are matched on token ids on the device (cheap early exit); text-level stop strings are the
 caller's to enforce after detokenization, since the same string can tokenize in more than one way.
 
+A LoRA policy is sampled either with its adapters merged into the base weights (`merge_lora`, the default:
+`Sampler.weights` folds them in once per policy, and the programs are those of the base architecture) or
+unmerged (the programs apply each adapter's two small matmuls at every token; no merged copy of the base).
+`bench/lora_sampling.py` measures both.
+
 Shape legend: B batch rows, T chunk length, V vocabulary, N max new tokens, W longest stop sequence.
 """
 
@@ -39,8 +44,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from coevo_jax.data.batching import bucket_for, power_of_two_buckets
 from coevo_jax.models.config import ModelConfig
-from coevo_jax.models.decoder import abstract_model, bind
+from coevo_jax.models.decoder import abstract_model, bind, partition_trainable
 from coevo_jax.models.kv_cache import KVCache, init_cache
+from coevo_jax.models.lora import merged_params
 from coevo_jax.sharding import ShardingRules, activation_context, compute_shardings
 
 # Per-row stop reasons reported by `decode`.
@@ -270,9 +276,10 @@ class Sampler:
     can be sampled in float32 (faster for decoding on the CPU, where XLA emulates bf16 elementwise math;
     measured 2x) and trained in bf16, or sampled in bf16 on a GPU.
 
-    `params` is the pure parameter dict of a `TrainState` (or `nnx.state(model)` as a pure dict), so
-    rollouts sample from the training state directly. With a mesh, cache rows are sharded over the
-    batch mesh axes and FSDP-stored weights are gathered for compute, as in the train steps.
+    The programs take `weights(params)`, where `params` is a policy's pure parameter dict (the whole
+    policy: base and adapters under LoRA; `nnx.state(model)` as a pure dict): the same dict, or with
+    `merge_lora` the base with the adapters folded in. With a mesh, cache rows are sharded over the batch
+    mesh axes and FSDP-stored weights are gathered for compute, as in the train steps.
     """
 
     def __init__(
@@ -287,13 +294,21 @@ class Sampler:
         mesh: Mesh | None = None,
         rules: ShardingRules | None = None,
         param_shardings=None,
+        merge_lora: bool = True,
     ):
-        graphdef, _ = abstract_model(model_config)
+        self.merge_lora = bool(model_config.lora_rank) and merge_lora
+        program_config = model_config.without_lora() if self.merge_lora else model_config
+        graphdef, _ = abstract_model(program_config)
         self.graphdef, self.model_config = graphdef, model_config
         self.batch_size, self.cache_len = batch_size, cache_len
         self.sampling, self.stops, self.cache_dtype = sampling, stops, cache_dtype
         self.mesh, self.rules = mesh, rules if rules is not None or mesh is None else ShardingRules()
         self.buckets = power_of_two_buckets(cache_len, min_length=16)  # prefill chunk lengths
+        if self.merge_lora and param_shardings is not None:  # the merged weights are sharded like the base
+            param_shardings = partition_trainable(param_shardings, model_config)[1]
+        self._merge = jax.jit(
+            functools.partial(merged_params, cfg=model_config), out_shardings=param_shardings
+        )
         weights = None if param_shardings is None else compute_shardings(param_shardings, self.rules)
         static = dict(graphdef=graphdef, mesh=mesh, rules=self.rules, weights=weights)
         self._prefill = jax.jit(functools.partial(prefill, **static), donate_argnums=1)
@@ -303,8 +318,13 @@ class Sampler:
 
     @classmethod
     def for_model(cls, model, **kwargs) -> tuple[Sampler, dict]:
-        """A sampler for an NNX decoder and its parameters as a pure dict."""
+        """A sampler for an NNX decoder and its parameters as a pure dict (pass them through `weights`)."""
         return cls(model.config, **kwargs), nnx.to_pure_dict(nnx.state(model))
+
+    def weights(self, params: dict) -> dict:
+        """What `prefill` and `decode` take for the policy `params`: the adapters merged into the base
+        (LoRA with `merge_lora`, computed on device once per call of this), else `params` itself."""
+        return self._merge(params) if self.merge_lora else params
 
     @property
     def compilations(self) -> int:
@@ -323,8 +343,10 @@ class Sampler:
         cache = init_cache(self.model_config, self.batch_size, self.cache_len, self.cache_dtype)
         return jax.tree.map(self._rows, cache)
 
-    def prefill(self, params, cache: KVCache, chunks: list[list[int] | None], start_lengths) -> tuple:
-        """Appends per-row chunks (None: nothing) after `start_lengths` tokens; returns (logits, cache)."""
+    def prefill(self, weights, cache: KVCache, chunks: list[list[int] | None], start_lengths) -> tuple:
+        """Appends per-row chunks (None: nothing) after `start_lengths` tokens; returns (logits, cache).
+
+        `weights` is `self.weights(params)`."""
         if len(chunks) != self.batch_size:
             raise ValueError(f"expected {self.batch_size} chunks, got {len(chunks)}")
         ids, mask = left_pad(chunks, self.buckets)
@@ -335,19 +357,21 @@ class Sampler:
                 f"row {row}: {start[row]} cached + {mask[row].sum()} new tokens exceed the "
                 f"cache of {self.cache_len}"
             )
-        return self._prefill(params, cache, self._rows(ids), self._rows(mask), self._rows(start))
+        return self._prefill(weights, cache, self._rows(ids), self._rows(mask), self._rows(start))
 
-    def decode(self, params, cache: KVCache, logits, active, key) -> tuple[DecodeResult, KVCache]:
+    def decode(self, weights, cache: KVCache, logits, active, key) -> tuple[DecodeResult, KVCache]:
         """Dispatches the decode loop for rows where `active` is true (asynchronous, like any jit call);
-        `key` is one key or a [B] key array, one per row."""
+        `key` is one key or a [B] key array, one per row; `weights` is `self.weights(params)`."""
         key = self._rows(key) if key.ndim else key
-        return self._decode(params, cache, logits, self._rows(np.asarray(active, bool)), key)
+        return self._decode(weights, cache, logits, self._rows(np.asarray(active, bool)), key)
 
     def generate(self, params, prompts: list[list[int]], key) -> list[list[int]]:
-        """One-shot convenience: sample a continuation for each prompt (at most `batch_size` of them)."""
+        """One-shot convenience: sample a continuation of each prompt (at most `batch_size` of them) from
+        the policy `params`."""
+        weights = self.weights(params)
         chunks = list(prompts) + [None] * (self.batch_size - len(prompts))
         cache = self.init_cache()
-        logits, cache = self.prefill(params, cache, chunks, np.zeros(self.batch_size, np.int32))
-        result, _ = self.decode(params, cache, logits, [c is not None for c in chunks], key)
+        logits, cache = self.prefill(weights, cache, chunks, np.zeros(self.batch_size, np.int32))
+        result, _ = self.decode(weights, cache, logits, [c is not None for c in chunks], key)
         tokens, counts = np.asarray(result.tokens_BxN), np.asarray(result.counts_B)
         return [tokens[row, : counts[row]].tolist() for row in range(len(prompts))]

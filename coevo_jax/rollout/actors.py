@@ -98,6 +98,7 @@ class ModelActor:
         model_name: str = "",
     ):
         self.sampler, self.params, self.codec = sampler, params, codec
+        self.weights = sampler.weights(params)  # LoRA adapters merged once per actor, if the sampler merges
         self.num_groups, self.rows = num_groups, sampler.batch_size
         self.num_slots = num_groups * self.rows
         self.stop_strings = tuple(stop_strings)
@@ -162,9 +163,9 @@ class ModelActor:
         if not any(active):
             return PendingReplies(lambda: dict.fromkeys(out_of_room))
         cache = self._caches[group]
-        logits, cache = self.sampler.prefill(self.params, cache, chunks, starts)
+        logits, cache = self.sampler.prefill(self.weights, cache, chunks, starts)
         keys = _turn_keys(self._key, turns)
-        result, self._caches[group] = self.sampler.decode(self.params, cache, logits, active, keys)
+        result, self._caches[group] = self.sampler.decode(self.weights, cache, logits, active, keys)
         slots = [slot for slot in requests if slot not in out_of_room]
 
         def finish() -> dict[int, str | None]:
