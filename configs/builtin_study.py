@@ -32,5 +32,7 @@ def get_config() -> ConfigDict:
     config.methods = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
     config.match_exploration = True
     config.env.eval_tasks = None  # the whole splits
-    config.sft.rft_epochs = 1  # RFT fine-tunes the current policy on experts + successes: one pass each iteration
+    config.sft.rft_epochs = (
+        1  # RFT fine-tunes the current policy on experts + successes: one pass each iteration
+    )
     return config

@@ -47,6 +47,10 @@ def paper_config(env: str, model_source: str) -> ConfigDict:
     config.model.param_dtype = "float32"
     config.model.sample_dtype = "bfloat16"
     config.model.remat = True
+    config.model.lora_rank = 0  # > 0: LoRA adapters of this rank train; the base is frozen and shared
+    config.model.lora_alpha = 16.0
+    config.model.lora_dropout = 0.0
+    config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
 
     config.sft = ConfigDict()
     config.sft.epochs = 3
@@ -67,6 +71,7 @@ def paper_config(env: str, model_source: str) -> ConfigDict:
     config.rollout.rows = 32
     config.rollout.groups = 2
     config.rollout.env_workers = 16
+    config.rollout.merge_lora = True
     return config
 
 

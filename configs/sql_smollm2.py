@@ -33,6 +33,10 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.model.compute_dtype = "bfloat16"
     config.model.sample_dtype = "float32"
     config.model.remat = True
+    config.model.lora_rank = 0  # > 0: LoRA adapters of this rank train; the base is frozen and shared
+    config.model.lora_alpha = 16.0
+    config.model.lora_dropout = 0.0
+    config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
 
     config.sft = ConfigDict()
     config.sft.epochs = 2
@@ -52,6 +56,7 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.rollout.cache_len = 2048
     config.rollout.rows = rows
     config.rollout.groups = 2
+    config.rollout.merge_lora = True
     return config
 
 

@@ -60,6 +60,10 @@ def get_config(variant: str = "") -> ConfigDict:
     config.model.compute_dtype = "float32"
     config.model.sample_dtype = "float32"
     config.model.token_shift = 0
+    config.model.lora_rank = 0  # > 0: LoRA adapters of this rank train; the base is frozen and shared
+    config.model.lora_alpha = 16.0
+    config.model.lora_dropout = 0.0
+    config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
 
     config.sft = ConfigDict()
     config.sft.epochs = 2
@@ -81,4 +85,5 @@ def get_config(variant: str = "") -> ConfigDict:
     config.rollout.rows = 8
     config.rollout.groups = 1
     config.rollout.env_workers = 2
+    config.rollout.merge_lora = True
     return config

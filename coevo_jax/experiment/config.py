@@ -42,7 +42,9 @@ class EnvConfig:
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """Where the policy comes from: 'scratch' (random init, tokenizer trained on the experts) or a
-    checkpoint ('smollm2' for the bundled GGUF, or a local HF directory / .gguf path)."""
+    checkpoint ('smollm2' for the bundled GGUF, or a local HF directory / .gguf path), and how it trains:
+    every weight (`lora_rank` 0) or LoRA adapters on one frozen base shared by both agents (`lora_rank` > 0;
+    see `coevo_jax.models.ModelConfig`)."""
 
     source: str = "scratch"
     vocab_size: int = 1024  # scratch: size of the trained tokenizer
@@ -57,6 +59,10 @@ class ModelSpec:
     sample_dtype: str = "float32"  # rollouts (float32 decodes faster on CPUs)
     remat: bool = False
     token_shift: int = 0  # scratch: previous tokens mixed into each input (`coevo_jax.models.token_shift`)
+    lora_rank: int = 0  # 0: full fine-tuning
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +109,7 @@ class RolloutSpec:
     groups: int = 2  # groups alternate between device and environments
     env_workers: int = 4
     stop_strings: tuple[str, ...] = ("Observation:",)
+    merge_lora: bool = True  # LoRA: sample with the adapters merged into the base (else applied per token)
 
 
 @dataclasses.dataclass(frozen=True)

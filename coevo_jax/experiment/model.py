@@ -3,7 +3,8 @@
 `model.source` is 'scratch' (a `ModelConfig` from the spec's sizes, random parameters, a tokenizer trained
 on the experts' text) or a checkpoint: 'smollm2' (the bundled GGUF), a Hugging Face directory or a .gguf
 file, loaded tensor by tensor into its shardings. Either way the spec's dtype policy (compute, parameter
-storage, rematerialisation) is applied to the resulting config.
+storage, rematerialisation) and LoRA settings are applied to the resulting config; the checkpoint's
+parameters are then the frozen base of LoRA.
 """
 
 from __future__ import annotations
@@ -51,7 +52,15 @@ def policy_model(
         model_cfg, _, pretrained, tokenizer = load_sharded(checkpoint_path(spec.source), mesh, rules)
         if tokenizer is None:
             raise ValueError(f"{spec.source}: the checkpoint has no tokenizer")
-    model_cfg = model_cfg.replace(dtype=spec.compute_dtype, param_dtype=spec.param_dtype, remat=spec.remat)
+    model_cfg = model_cfg.replace(
+        dtype=spec.compute_dtype,
+        param_dtype=spec.param_dtype,
+        remat=spec.remat,
+        lora_rank=spec.lora_rank,
+        lora_alpha=spec.lora_alpha,
+        lora_dropout=spec.lora_dropout,
+        lora_targets=spec.lora_targets,
+    )
     if pretrained is not None:
         pretrained = jax.tree.map(lambda p: p.astype(model_cfg.param_dtype), pretrained)
     return model_cfg, tokenizer, pretrained

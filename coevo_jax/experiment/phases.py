@@ -3,8 +3,10 @@
 Each phase starts a fresh AdamW state from its start parameters, walks `epochs` seeded shuffles of its
 bucketed batches, and saves a mid-phase checkpoint (TrainState + epoch/batch position) every
 `checkpoint_every_steps` updates, so a killed run resumes inside the phase with the same batches in the
-same order. DPO phases compute the reference log-probs (the policy as the phase starts) once per pair
-before the first update and keep them on the host; every epoch's batches carry them.
+same order. DPO phases compute the reference log-probs (the policy as the phase starts: under LoRA, the
+shared base plus the adapters as they were) once per pair before the first update and keep them on the
+host; every epoch's batches carry them. Under LoRA the train state holds the adapters only; the frozen base
+goes into every step beside it, and the checkpoints record which base the adapters belong to.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from coevo_jax.data.batching import (
 from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
+from coevo_jax.models import combine_trainable, partition_trainable
 from coevo_jax.train import (
     MetricsLog,
     OptimizerConfig,
@@ -187,12 +190,14 @@ def _train(
     step_fn = steps.step(spec.kind)
     manager = checkpoints.make_manager(store.scratch_dir(spec.name) + "/state", max_to_keep=1)
     total = total or spec.epochs * steps_per_epoch
+    trainable, frozen = partition_trainable(params, setup.model_cfg)
+    base = setup.base_fingerprint
     if manager.latest_step() is not None:
         target = abstract_state(setup.model_cfg, tx, shardings)
-        state, position = checkpoints.restore(manager, target)
+        state, position = checkpoints.restore(manager, target, base=base)
         done = position.epoch * steps_per_epoch + position.step
     else:
-        state, done = train_state_from_params(jax.tree.map(jnp.copy, params), tx, shardings), 0
+        state, done = train_state_from_params(jax.tree.map(jnp.copy, trainable), tx, shardings), 0
     metrics_log, last, history = MetricsLog(every=cfg.log_every_steps), None, []
     progress = tqdm(total=total, initial=done, desc=spec.name, unit="step", disable=not cfg.show_progress)
     try:
@@ -201,7 +206,7 @@ def _train(
             for index in range(
                 done - epoch * steps_per_epoch, min(len(batches), total - epoch * steps_per_epoch)
             ):
-                state, metrics = step_fn(state, _place(setup, batches[index]))
+                state, metrics = step_fn(state, _place(setup, batches[index]), frozen)
                 done += 1
                 host = metrics_log.push(done, metrics)
                 if host is not None:
@@ -210,7 +215,7 @@ def _train(
                 progress.update(1)
                 if done % cfg.checkpoint_every_steps == 0 and done < total:
                     position = checkpoints.LoopPosition(epoch=epoch, phase=spec.name, step=index + 1)
-                    checkpoints.save(manager, done, state, position)
+                    checkpoints.save(manager, done, state, position, base=base)
     finally:  # an interrupted phase still completes the checkpoint it started
         progress.close()
         manager.wait_until_finished()
@@ -224,4 +229,4 @@ def _train(
     if last is not None:
         summary.update({f"final_{k}": v for k, v in last.items() if k not in ("step",)})
     summary["history"] = history
-    return state.params, summary
+    return combine_trainable(state.params, frozen), summary

@@ -4,6 +4,10 @@ parameters, compiled programs) and the actors that sample from an agent's parame
 Both agents share one architecture and mesh, so one `PolicySetup` serves them. `build_setup` assembles it
 from the pieces: `experiment.model` (architecture, tokenizer, checkpoint parameters) and
 `experiment.programs` (train steps and samplers, each compiled once).
+
+A policy is always handled whole (a pure dict of all its parameters). Under LoRA both agents and every
+reference share one frozen base (`lora_base`, never copied), a policy is that base plus its own adapters,
+and only the adapters are trained and saved (`trainable`, `policy`), with the base's fingerprint.
 """
 
 from __future__ import annotations
@@ -16,15 +20,21 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from coevo_jax import sharding
+from coevo_jax import checkpoints, sharding
 from coevo_jax.data.chat_format import chat_format_for
 from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.experiment.model import policy_model
 from coevo_jax.experiment.programs import Programs
-from coevo_jax.models import ModelConfig, abstract_model
+from coevo_jax.models import ModelConfig, abstract_model, combine_trainable, partition_trainable
 from coevo_jax.rollout import ModelActor, TurnCodec
 from coevo_jax.train import OptimizerConfig, make_optimizer
-from coevo_jax.train.state import abstract_state, init_params, state_shardings
+from coevo_jax.train.state import (
+    abstract_state,
+    init_adapters,
+    init_params,
+    policy_shardings,
+    state_shardings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +67,50 @@ class PolicySetup:
 
     @functools.cached_property
     def param_shardings(self) -> dict:
-        return self._state_shardings.params
+        """Shardings of all the policy's parameters (LoRA: base and adapters)."""
+        return policy_shardings(self.model_cfg, self.mesh, self.rules)
 
     @functools.cached_property
     def abstract_params(self) -> dict:
-        """ShapeDtypeStructs with shardings: the restore target of saved policies."""
+        """ShapeDtypeStructs with shardings of the trainable parameters: the restore target of saved
+        policies."""
         return abstract_state(self.model_cfg, self._reference_tx, self._state_shardings).params
 
+    @functools.cached_property
+    def lora_base(self) -> dict:
+        """The frozen base every LoRA policy shares: the checkpoint's parameters, or for a scratch model one
+        initialisation from the run's seed; {} for full fine-tuning."""
+        if not self.model_cfg.lora_rank:
+            return {}
+        if self.pretrained is not None:
+            return self.pretrained
+        params = init_params(self.model_cfg, self.param_shardings, jax.random.key(self.cfg.seed))
+        return partition_trainable(params, self.model_cfg)[1]
+
+    @functools.cached_property
+    def base_fingerprint(self) -> str | None:
+        """`checkpoints.base_fingerprint` of `lora_base`, recorded with every saved adapter; None without LoRA."""
+        if not self.model_cfg.lora_rank:
+            return None
+        return checkpoints.base_fingerprint(self.model_cfg, self.lora_base)
+
     def base_params(self, seed: int) -> dict:
-        """The starting parameters of an agent: the checkpoint's (copied), or a fresh init from `seed`."""
+        """The starting parameters of an agent: the checkpoint's (copied), or a fresh init from `seed`;
+        under LoRA the shared base plus fresh adapters drawn from `seed`."""
+        if self.model_cfg.lora_rank:
+            adapters_sh, _ = partition_trainable(self.param_shardings, self.model_cfg)
+            return self.policy(init_adapters(self.model_cfg, adapters_sh, jax.random.key(seed)))
         if self.pretrained is not None:
             return jax.tree.map(jnp.copy, self.pretrained)
         return init_params(self.model_cfg, self.param_shardings, jax.random.key(seed))
+
+    def trainable(self, params: dict) -> dict:
+        """What of a policy is trained and saved: all of it, or (LoRA) its adapters."""
+        return partition_trainable(params, self.model_cfg)[0]
+
+    def policy(self, trainable: dict) -> dict:
+        """The whole policy of saved or trained parameters (`trainable`): with LoRA, on the shared base."""
+        return combine_trainable(trainable, self.lora_base)
 
     @functools.cached_property
     def programs(self) -> Programs:

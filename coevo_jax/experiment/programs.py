@@ -28,7 +28,7 @@ class Programs:
     graphdef: object
     mesh: Mesh
     rules: sharding.ShardingRules
-    param_shardings: dict
+    param_shardings: dict  # all the policy's parameters (LoRA: base and adapters)
     stop_ids: tuple[int, ...]  # the tokens that end an assistant turn
     built: dict = dataclasses.field(default_factory=dict)
 
@@ -44,7 +44,14 @@ class Programs:
         shardings = state_shardings(self.model_cfg, tx, self.mesh, self.rules)
         objective = ObjectiveConfig(beta=beta, sft_per_token=self.cfg.sft_per_token)
         steps = build_steps(
-            self.graphdef, tx, make_schedule(optimizer), shardings, self.mesh, self.rules, objective
+            self.graphdef,
+            tx,
+            make_schedule(optimizer),
+            shardings,
+            self.mesh,
+            self.rules,
+            objective,
+            param_shardings=self.param_shardings,
         )
         return steps, tx, shardings
 
@@ -70,4 +77,5 @@ class Programs:
             mesh=self.mesh,
             rules=self.rules,
             param_shardings=self.param_shardings,
+            merge_lora=spec.merge_lora,
         )

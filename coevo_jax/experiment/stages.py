@@ -50,11 +50,12 @@ class Stages:
     def params(self, name: str) -> dict:
         """The saved policy `name` (kept in memory while it is the latest one asked for)."""
         if name not in self._loaded:
-            self._loaded = {name: self.store.load_policy(name, self.setup.abstract_params)}
+            saved = self.store.load_policy(name, self.setup.abstract_params, base=self.setup.base_fingerprint)
+            self._loaded = {name: self.setup.policy(saved)}
         return self._loaded[name]
 
     def _keep(self, name: str, params: dict) -> None:
-        self.store.save_policy(name, params)
+        self.store.save_policy(name, self.setup.trainable(params), base=self.setup.base_fingerprint)
         self._loaded = {name: params}
 
     def base_sft(self, agent: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
+from coevo_jax.checkpoints import base_metadata, check_base
 from coevo_jax.experiment.atomic import atomic_path
 
 STAGES_FILE = "stages.json"
@@ -87,20 +88,24 @@ class RunStore:
     def has_policy(self, name: str) -> bool:
         return os.path.isdir(self.policy_dir(name))
 
-    def save_policy(self, name: str, params: dict) -> None:
-        """Saves parameters (Orbax, atomic: a temporary directory is renamed when complete)."""
+    def save_policy(self, name: str, params: dict, *, base: str | None = None) -> None:
+        """Saves parameters (Orbax, atomic: a temporary directory is renamed when complete); LoRA adapters
+        with `base`, the fingerprint of the base they belong to (`checkpoints.base_fingerprint`)."""
         path = self.policy_dir(name)
         if os.path.exists(path):
             shutil.rmtree(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        self._checkpointer.save(path, params)
+        self._checkpointer.save(path, params, custom_metadata=base_metadata(base))
         self._checkpointer.wait_until_finished()
 
-    def load_policy(self, name: str, abstract_params: dict) -> dict:
-        """Parameters saved under `name`, placed as `abstract_params` (ShapeDtypeStructs with shardings)."""
+    def load_policy(self, name: str, abstract_params: dict, *, base: str | None = None) -> dict:
+        """Parameters saved under `name`, placed as `abstract_params` (ShapeDtypeStructs with shardings);
+        LoRA adapters saved for a base other than `base` are an error (`checkpoints.BaseMismatchError`)."""
+        path = self.policy_dir(name)
         if not self.has_policy(name):
-            raise FileNotFoundError(f"{self.policy_dir(name)}: no saved policy {name!r}")
-        return self._checkpointer.restore(self.policy_dir(name), abstract_params)
+            raise FileNotFoundError(f"{path}: no saved policy {name!r}")
+        check_base(self._checkpointer.metadata(path).custom_metadata, base, path)
+        return self._checkpointer.restore(path, abstract_params)
 
     def scratch_dir(self, name: str) -> str:
         """A directory for a stage's partial state (mid-phase checkpoints), removed by `clear_scratch`."""
