@@ -3,9 +3,13 @@
     python bench/train_step_devices.py                 # runs 1 and 8 devices, each in a subprocess
     python bench/train_step_devices.py --devices 8 --mesh fsdp
     python bench/train_step_devices.py --devices 8 --preset llama2_7b --compile-only --rows 8 --length 4096
+    python bench/train_step_devices.py --devices 1 --preset llama2_7b --compile-only --rows 1 --length 4096 \
+        --lora-rank 16 --step dpo
 
 `--compile-only` lowers the step on abstract inputs (nothing is allocated) and prints XLA's per-device memory
-analysis: how the numbers of docs/memory_plan.md were checked for a Llama-2-7B-shaped policy.
+analysis: how the numbers of docs/memory_plan.md were checked for a Llama-2-7B-shaped policy, trained in
+full or (`--lora-rank`) as LoRA adapters on a frozen base; `--step dpo` compiles the DPO step (eq. 7) on
+`--rows` / 2 pairs instead of the SFT step.
 
 Memory figures are per device: the train state's bytes actually resident on device 0 (from the arrays'
 addressable shards) and XLA's compiled memory analysis of the step (arguments, outputs, temporaries).
@@ -39,7 +43,7 @@ def run(args) -> None:
     from coevo_jax import sharding
     from coevo_jax.models import ModelConfig, abstract_model
     from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
-    from coevo_jax.train.state import init_train_state, state_shardings
+    from coevo_jax.train.state import init_train_state, policy_shardings, state_shardings
 
     if args.preset == "llama2_7b":
         cfg = ModelConfig(
@@ -51,8 +55,10 @@ def run(args) -> None:
             num_kv_heads=32,
             head_dim=128,
             dtype="bfloat16",
-            param_dtype="float32",
+            param_dtype=args.param_dtype,
             remat=not args.no_remat,
+            lora_rank=args.lora_rank,
+            lora_alpha=2.0 * max(args.lora_rank, 1),
         )
     else:
         cfg = ModelConfig(
@@ -70,7 +76,16 @@ def run(args) -> None:
     tx = make_optimizer(opt)
     graphdef, _ = abstract_model(cfg)
     shardings = state_shardings(cfg, tx, mesh, rules)
-    steps = build_steps(graphdef, tx, make_schedule(opt), shardings, mesh, rules, ObjectiveConfig())
+    steps = build_steps(
+        graphdef,
+        tx,
+        make_schedule(opt),
+        shardings,
+        mesh,
+        rules,
+        ObjectiveConfig(),
+        param_shardings=policy_shardings(cfg, mesh, rules),
+    )
     if args.compile_only:
         compile_only(args, cfg, tx, shardings, steps, mesh, rules)
         return
@@ -126,14 +141,23 @@ def run(args) -> None:
 
 
 def compile_only(args, cfg, tx, shardings, steps, mesh, rules) -> None:
-    """Per-device memory analysis of the SFT step compiled on abstract (never allocated) inputs."""
+    """Per-device memory analysis of the SFT (or DPO) step compiled on abstract (never allocated) inputs."""
     import jax
     import jax.numpy as jnp
+    from flax import nnx
 
     from coevo_jax import sharding
-    from coevo_jax.train.state import abstract_state
+    from coevo_jax.models import abstract_model, partition_trainable
+    from coevo_jax.train.state import abstract_state, policy_shardings
 
     state = abstract_state(cfg, tx, shardings)
+    _, abstract_frozen = partition_trainable(nnx.to_pure_dict(abstract_model(cfg)[1]), cfg)
+    _, frozen_shardings = partition_trainable(policy_shardings(cfg, mesh, rules), cfg)
+    frozen = jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract_frozen, frozen_shardings
+    )
+    rows_sharding = jax.sharding.NamedSharding(mesh, sharding.batch_spec(3, rules))
+    per_row = jax.sharding.NamedSharding(mesh, sharding.batch_spec(2, rules))
     shapes = {
         "input_ids": jnp.int32,
         "attention_mask": jnp.int32,
@@ -141,26 +165,28 @@ def compile_only(args, cfg, tx, shardings, steps, mesh, rules) -> None:
         "loss_mask": jnp.float32,
     }
     batch = {
-        key: jax.ShapeDtypeStruct(
-            (1, args.rows, args.length),
-            dtype,
-            sharding=jax.sharding.NamedSharding(mesh, sharding.batch_spec(3, rules)),
-        )
+        key: jax.ShapeDtypeStruct((1, args.rows, args.length), dtype, sharding=rows_sharding)
         for key, dtype in shapes.items()
     }
-    batch["example_mask"] = jax.ShapeDtypeStruct(
-        (1, args.rows), jnp.float32, sharding=jax.sharding.NamedSharding(mesh, sharding.batch_spec(2, rules))
-    )
+    if args.step == "sft":
+        batch["example_mask"] = jax.ShapeDtypeStruct((1, args.rows), jnp.float32, sharding=per_row)
+    else:
+        for key in sharding.PAIR_KEYS:
+            batch[key] = jax.ShapeDtypeStruct((1, args.rows // 2), jnp.float32, sharding=per_row)
+    step = steps.sft if args.step == "sft" else steps.dpo
     start = time.perf_counter()
-    memory = steps.sft.lower(state, batch).compile().memory_analysis()
+    memory = step.lower(state, batch, frozen).compile().memory_analysis()
     total = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
+    frozen_total = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(frozen))
     print(
         f"== {jax.device_count()} device(s), mesh {dict(mesh.shape)}, {cfg.num_layers} layers x {cfg.hidden_size}"
+        f", {args.step} step" + (f", LoRA r={cfg.lora_rank}" if cfg.lora_rank else "")
     )
     print(
         f"  compiled in {time.perf_counter() - start:.0f} s; rows {args.rows} x length {args.length}, remat {cfg.remat}"
     )
     print(f"  train state, whole          {total / 2**30:8.2f} GiB")
+    print(f"  frozen base, whole          {frozen_total / 2**30:8.2f} GiB")
     print(f"  step arguments / device     {memory.argument_size_in_bytes / 2**30:8.2f} GiB")
     print(f"  step outputs / device       {memory.output_size_in_bytes / 2**30:8.2f} GiB")
     print(f"  step temporaries / device   {memory.temp_size_in_bytes / 2**30:8.2f} GiB")
@@ -176,6 +202,11 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="default: 2 (tiny) / 32 (llama2_7b)")
     parser.add_argument("--preset", choices=["tiny", "llama2_7b"], default="tiny")
     parser.add_argument("--no-remat", action="store_true", help="llama2_7b preset without rematerialisation")
+    parser.add_argument(
+        "--lora-rank", type=int, default=0, help="llama2_7b preset: LoRA adapters of this rank"
+    )
+    parser.add_argument("--param-dtype", choices=("float32", "bfloat16"), default="float32", help="llama2_7b")
+    parser.add_argument("--step", choices=("sft", "dpo"), default="sft", help="with --compile-only")
     parser.add_argument("--compile-only", action="store_true", help="memory analysis on abstract inputs")
     parser.add_argument("--vocab", type=int, default=256)
     parser.add_argument("--rows", type=int, default=16)
