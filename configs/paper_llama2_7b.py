@@ -9,6 +9,8 @@ Pick the environment after a colon and point `model.source` at your local Huggin
 ETO's recipe: SFT lr 2e-5, cosine, 3% warmup, 3 epochs, batch 64; DPO beta 0.1, lr 1e-6, batch 32 pairs,
 3 epochs per phase; max length 4096. Co-evolution iterations: 3 (WebShop, ScienceWorld), 5 (InterCode-SQL).
 WebShop needs the WebShop server package installed and ETO's expert file (`env.experts_path`).
+Both 7B policies on one 80 GB GPU: LoRA, `--config.model.lora_rank=16` and the rest of the command in
+docs/memory_plan.md.
 """
 
 from ml_collections import ConfigDict
@@ -35,6 +37,7 @@ def paper_config(env: str, model_source: str) -> ConfigDict:
     config.log_every_steps = 10
     config.show_progress = True
     config.mesh_axes = (("data", 1), ("fsdp", -1), ("tensor", 1))
+    config.num_microbatches = 8  # one row of 4096 tokens per device on 8 GPUs (docs/memory_plan.md)
 
     config.env = ConfigDict()
     config.env.name = spec["name"]

@@ -5,7 +5,8 @@
 #   GPU=1 launch/single_gpu.sh configs/smoke.py        # pick another GPU
 #   JAX_PLATFORMS=cpu launch/single_gpu.sh configs/smoke.py
 #
-# Two full 7B policies do not fit one 80 GB GPU (docs/memory_plan.md); use models up to ~1.5B here.
+# Two full 7B policies do not fit one 80 GB GPU (docs/memory_plan.md): fine-tune models up to ~1.5B here,
+# or 7B ones with LoRA (--config.model.lora_rank=16 ...: the command in docs/memory_plan.md).
 set -euo pipefail
 
 CONFIG=${1:?usage: single_gpu.sh CONFIG [flags...]}
