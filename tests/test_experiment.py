@@ -254,6 +254,47 @@ def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
     assert [h["step"] for h in summary["history"]] == [1, 2, 3]
 
 
+@pytest.mark.slow  # 25 s: a tiny phase end to end
+def test_a_dpo_phase_scores_the_reference_only_on_the_pairs_its_updates_see(tiny_setup, tmp_path):
+    from coevo_jax.data.batching import plan_batches
+    from coevo_jax.data.pairs import build_eto_pairs
+    from coevo_jax.data.records import Message, Trajectory
+
+    setup, experts = tiny_setup
+    setup = dataclasses.replace(
+        setup, cfg=dataclasses.replace(setup.cfg, dpo=dataclasses.replace(setup.cfg.dpo, updates_per_phase=1))
+    )
+
+    def corrupted(t: Trajectory) -> Trajectory:
+        messages = list(t.messages)
+        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
+        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
+
+    pairs = build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs  # 2 batches per epoch
+    store = RunStore(str(tmp_path))
+    _, summary = phases.dpo_phase(
+        setup,
+        store,
+        "dpo",
+        setup.base_params(0),
+        pairs,
+        kind=StepKind.DPO,
+        learning_rate=1e-3,
+        beta=0.1,
+        seed=5,
+    )
+    assert summary["steps"] == 1
+    assert summary["history"][0]["loss"] == pytest.approx(np.log(2.0), abs=1e-5)  # right references
+    tokenized, _ = phases.tokenize_pairs(
+        pairs, setup.tokenizer, setup.chat_format, max_length=setup.cfg.max_length
+    )
+    lengths = [len(p) for p in tokenized]
+    first = plan_batches(lengths, setup.cfg.dpo.pairs_per_batch, phases._buckets(setup), seed=5 * 1000)[0][1]
+    with np.load(os.path.join(store.scratch_dir("dpo"), phases.REFERENCE_FILE)) as saved:
+        assert sorted(np.flatnonzero(saved["computed"]).tolist()) == sorted(first)
+        assert 0 < len(first) < len(pairs) and np.all(saved["chosen"][~saved["computed"]] == 0)
+
+
 @pytest.mark.slow
 def test_matched_exploration_plays_each_task_twice_for_single_explorer_methods(tmp_path):
     config = tiny_config(methods=("eto", "rft"), match_exploration=True, sft={"rft_epochs": 1})
