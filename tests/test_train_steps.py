@@ -149,6 +149,15 @@ def test_remat_gives_the_same_update(single_device_results):
     _assert_same_update(_run_all(mesh, steps, shardings, rules, kinds=()), single_device_results)
 
 
+def test_reference_log_probs_with_remat_equal_those_without(single):
+    """The reference pass of a remat policy (the SmolLM2 and paper configs) runs and changes nothing."""
+    mesh, shardings, steps, rules = single
+    _, remat_shardings, remat_steps, _, _ = setup(mesh, model_cfg=TINY.replace(remat=True))
+    batch = placed(dpo_batch(1, real=7), mesh, rules)
+    expected = to_numpy(steps.reference(fresh_state(shardings).params, batch))
+    _assert_trees_close(to_numpy(remat_steps.reference(fresh_state(remat_shardings).params, batch)), expected)
+
+
 def test_bfloat16_compute_keeps_float32_master_weights(single_device_results):
     mesh = single_mesh()
     mixed = TINY.replace(dtype="bfloat16", param_dtype="float32")

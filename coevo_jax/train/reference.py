@@ -29,9 +29,13 @@ def reference_logprobs(
 ) -> tuple[jax.Array, jax.Array]:
     """(chosen, rejected) sequence log-probs [K, P] of a device-layout DPO batch, no gradient."""
     params = jax.lax.stop_gradient(params)
-    with activation_context(mesh, rules):
+
+    def micro_batch_logprobs(micro_batch):
+        # Bound inside the mapped body, as the train steps do: a model bound outside would be mutated
+        # from the map's trace level by `nnx.remat`'s split/merge (a TraceContextError with remat).
         model = bind(graphdef, params, compute_shardings)
-        chosen, rejected = jax.lax.map(
-            lambda micro_batch: pair_logprobs(model, micro_batch, cfg.logprob_chunk_size)[:2], batch
-        )
+        return pair_logprobs(model, micro_batch, cfg.logprob_chunk_size)[:2]
+
+    with activation_context(mesh, rules):
+        chosen, rejected = jax.lax.map(micro_batch_logprobs, batch)
     return chosen, rejected
