@@ -334,7 +334,9 @@ def test_smollm2_plays_batched_episodes_with_the_cache(env, smollm2_gguf_path, t
     trajectories, stats = run_rollouts(
         _factory, actor, tasks, str(tmp_path / "t.jsonl"), RolloutConfig(max_steps=3, **QUIET)
     )
-    assert stats.episodes == 2 and sampler.compilations <= 4
+    assert (
+        stats.episodes == 2 and sampler.compilations <= 8
+    )  # prefill per (chunk, window) bucket, decode per window, prefix copy
     for trajectory in trajectories:
         assert trajectory.extra["terminate_reason"] in ("max_steps", "done")
         assert all(len(a) > 0 for a in trajectory.actions)
