@@ -154,6 +154,19 @@ def tiny_setup(tmp_path_factory):
     return build_setup(cfg, workdir, experts), experts
 
 
+def _expert_vs_corrupted_pairs(experts) -> list:
+    """ETO pairs of each expert against itself with the last action replaced (reward 0.25)."""
+    from coevo_jax.data.pairs import build_eto_pairs
+    from coevo_jax.data.records import Message
+
+    def corrupted(t):
+        messages = list(t.messages)
+        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
+        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
+
+    return build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs
+
+
 class SimulatedKill(Exception):
     pass
 
@@ -194,18 +207,10 @@ def test_sft_phase_killed_midway_resumes_to_the_same_parameters(tiny_setup, tmp_
 
 @pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min
 def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
-    from coevo_jax.data.pairs import build_eto_pairs
-    from coevo_jax.data.records import Message, Trajectory
-
     setup, experts = tiny_setup
     params = setup.base_params(0)
 
-    def corrupted(t: Trajectory) -> Trajectory:  # the expert with its last action replaced
-        messages = list(t.messages)
-        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
-        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
-
-    pairs = build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs
+    pairs = _expert_vs_corrupted_pairs(experts)
     assert len(pairs) == 8  # one batch of 8 pairs per epoch
     store = RunStore(str(tmp_path))
     cfg = setup.cfg.dpo
@@ -225,20 +230,12 @@ def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
 
 @pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min
 def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
-    from coevo_jax.data.pairs import build_eto_pairs
-    from coevo_jax.data.records import Message, Trajectory
-
     setup, experts = tiny_setup
     setup = dataclasses.replace(
         setup, cfg=dataclasses.replace(setup.cfg, dpo=dataclasses.replace(setup.cfg.dpo, updates_per_phase=3))
     )
 
-    def corrupted(t: Trajectory) -> Trajectory:
-        messages = list(t.messages)
-        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
-        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
-
-    pairs = build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs  # 2 batches per epoch
+    pairs = _expert_vs_corrupted_pairs(experts)  # 2 batches per epoch
     _, summary = phases.dpo_phase(
         setup,
         RunStore(str(tmp_path)),
@@ -257,20 +254,13 @@ def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
 @pytest.mark.slow  # 25 s: a tiny phase end to end
 def test_a_dpo_phase_scores_the_reference_only_on_the_pairs_its_updates_see(tiny_setup, tmp_path):
     from coevo_jax.data.batching import plan_batches
-    from coevo_jax.data.pairs import build_eto_pairs
-    from coevo_jax.data.records import Message, Trajectory
 
     setup, experts = tiny_setup
     setup = dataclasses.replace(
         setup, cfg=dataclasses.replace(setup.cfg, dpo=dataclasses.replace(setup.cfg.dpo, updates_per_phase=1))
     )
 
-    def corrupted(t: Trajectory) -> Trajectory:
-        messages = list(t.messages)
-        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
-        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
-
-    pairs = build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs  # 2 batches per epoch
+    pairs = _expert_vs_corrupted_pairs(experts)  # 2 batches per epoch
     store = RunStore(str(tmp_path))
     _, summary = phases.dpo_phase(
         setup,

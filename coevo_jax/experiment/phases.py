@@ -127,24 +127,15 @@ def dpo_phase(
     total = cfg.dpo.updates_per_phase or cfg.dpo.epochs * steps_per_epoch
     epochs = -(-total // steps_per_epoch)
 
-    def plan(epoch: int) -> list:
-        return plan_batches(lengths, per_batch, buckets, seed=seed * 1000 + epoch)
-
+    plans = [plan_batches(lengths, per_batch, buckets, seed=seed * 1000 + e) for e in range(epochs)]
     # only the pairs the phase's `total` updates will see need reference log-probs
-    used = sorted(
-        {
-            i
-            for e in range(epochs)
-            for b, (_, idx) in enumerate(plan(e))
-            if e * steps_per_epoch + b < total
-            for i in idx
-        }
-    )
+    trained = [idx for plan in plans for _, idx in plan][:total]
+    used = sorted({i for idx in trained for i in idx})
     ref_chosen, ref_rejected = _reference_logps(setup, store, spec, params, tokenized, used)
 
     def epoch_batches(epoch: int) -> list[dict]:
         out = []
-        for length, idx in plan(epoch):
+        for length, idx in plans[epoch]:
             batch = collate_dpo(
                 [tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad
             )

@@ -124,7 +124,6 @@ class ModelActor:
         self._first_prompt: list[int] | None = None if share_prompt_prefix else []
         self._prefix: list[int] = []
         self._prefix_cache = None
-        self._copy_rows: set[int] = set()  # rows whose new episode starts with the prefix (this submit)
 
     def sampling_info(self) -> dict:
         cfg = self.sampler.sampling
@@ -148,7 +147,7 @@ class ModelActor:
         context = self._slots.get(slot)
         if request.new_episode or context is None:
             prompt = self.codec.prompt_tokens(request.messages)
-            context = _SlotContext(prompt, self._shared_start(slot, prompt), len(request.messages))
+            context = _SlotContext(prompt, self._shared_start(prompt), len(request.messages))
         else:
             new = request.messages
             if len(new) != context.messages_seen + 2:
@@ -161,7 +160,7 @@ class ModelActor:
             return None
         return context.tokens[context.cached :]
 
-    def _shared_start(self, slot: int, prompt: list[int]) -> int:
+    def _shared_start(self, prompt: list[int]) -> int:
         """How many leading tokens of a new episode's prompt come from the shared prefix (0: none)."""
         if self._first_prompt is None:
             self._first_prompt = prompt
@@ -173,7 +172,6 @@ class ModelActor:
                 self._prefix_cache = self.sampler.prompt_prefix(self.params, self._prefix)
         size = len(self._prefix)
         if size and len(prompt) > size and prompt[:size] == self._prefix:
-            self._copy_rows.add(slot % self.rows)
             return size
         return 0
 
@@ -186,7 +184,7 @@ class ModelActor:
         starts = np.zeros(self.rows, np.int32)
         turns = np.zeros((self.rows, 3), np.uint32)  # per row: task id hash, sample, turn
         out_of_room = []
-        self._copy_rows = set()
+        copy_rows = [False] * self.rows  # rows whose new episode starts from the shared prefix
         for slot, request in requests.items():
             chunk = self._prepare(slot, request)
             if chunk is None:
@@ -194,14 +192,15 @@ class ModelActor:
                 continue
             row = slot % self.rows
             chunks[row], starts[row] = chunk, self._slots[slot].cached
+            # a fresh context (no reply yet) holds cached tokens only when they are the shared prefix
+            copy_rows[row] = starts[row] > 0 and not self._slots[slot].reply_spans
             turns[row] = (zlib.crc32(request.task_id.encode()), request.sample, len(request.messages))
         active = [chunk is not None for chunk in chunks]
         if not any(active):
             return PendingReplies(lambda: dict.fromkeys(out_of_room))
         cache = self._caches[group]
-        if self._copy_rows:
-            rows = [row in self._copy_rows for row in range(self.rows)]
-            cache = self.sampler.copy_prefix(cache, self._prefix_cache, rows)
+        if any(copy_rows):
+            cache = self.sampler.copy_prefix(cache, self._prefix_cache, copy_rows)
         window = self.sampler.window_for(
             max(starts[r] + len(c) for r, c in enumerate(chunks) if c is not None)
         )
