@@ -348,7 +348,9 @@ class Sampler:
             donate_argnums=1,
             static_argnames="window",
         )
-        self._copy_prefix = jax.jit(copy_prefix, donate_argnums=0)
+        # A fresh callable per sampler: jit shares one cache among wrappers of the same function, and
+        # `compilations` must count this sampler's programs only.
+        self._copy_prefix = jax.jit(functools.partial(copy_prefix), donate_argnums=0)
 
     @classmethod
     def for_model(cls, model, **kwargs) -> tuple[Sampler, dict]:
