@@ -1,6 +1,6 @@
 """The paper's comparison on the built-in environment: SFT, RFT, ETO, co-evolving agents and its two ablations
-(positive agent, frozen failure agent), 3 iterations. Seed 0 took 4,700 CPU-seconds and 2.6 GB on a 2-core
-AMD EPYC (79 min wall, the first 41 of them sharing the cores with a quickstart run).
+(positive agent, frozen failure agent), 3 iterations. One seed takes 27 min wall, 2,670 CPU-seconds and 2.8 GB
+on a 2-core AMD EPYC (seed 0, alone; bench/README.md).
 
 Every method gets the same budget per iteration: ETO and RFT play each explored task twice, as many episodes
 as co-evolution's two agents play together (`match_exploration`), and every DPO phase runs the same number of

@@ -81,12 +81,14 @@ def get_config() -> ConfigDict:
     config.dpo.learning_rates = (3e-5,)  # at 1e-4 co-evolution's target lost half its dev successes
     config.dpo.betas = (0.1,)
     config.dpo.max_pairs_per_task = 3
+    config.dpo.include_within_agent = False  # D_fail as eq. 6 (True: also failures within each agent)
     # every DPO phase takes 20 updates (about 2 of ETO's epochs): the target's D_tgt holds 2-3x ETO's pairs,
     # and at 2 epochs each co-evolution's target took 2.4x ETO's updates
     config.dpo.updates_per_phase = 20
 
     config.rollout = ConfigDict()
     config.rollout.temperature = 1.0
+    config.rollout.samples_per_task = 1  # episodes per task and agent in an exploration
     config.rollout.max_new_tokens = 48
     config.rollout.cache_len = 1280  # the longest episode so far: 970 tokens
     config.rollout.rows = 8

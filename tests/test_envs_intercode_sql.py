@@ -320,7 +320,9 @@ def test_smollm2_plays_sql_episodes_through_the_rollout_loop(env, smollm2_gguf_p
         str(tmp_path / "smollm2_sql.jsonl"),
         RolloutConfig(max_steps=3, show_progress=False),
     )
-    assert stats.episodes == 3 and sampler.compilations <= 4
+    assert (
+        stats.episodes == 3 and sampler.compilations <= 8
+    )  # prefill per (chunk, window) bucket, decode per window, prefix copy
     assert sorted(t.task_id for t in trajectories) == sorted(tasks)
     for trajectory in trajectories:
         assert trajectory.env == "intercode_sql" and 0.0 <= trajectory.reward <= 1.0

@@ -373,7 +373,8 @@ def test_smollm2_plays_sciworld_episodes_through_run_rollouts(smollm2_gguf_path,
     trajectories, stats = run_rollouts(
         factory, _ActingModel(actor), tasks, str(tmp_path / "t.jsonl"), RolloutConfig(max_steps=3, **QUIET)
     )
-    assert stats.episodes == 2 and actor.generated_tokens > 0 and sampler.compilations <= 4
+    assert stats.episodes == 2 and actor.generated_tokens > 0
+    assert sampler.compilations <= 8  # prefill per (chunk, window) bucket, decode per window, prefix copy
     assert sum(env.timings.steps for env in envs) == stats.steps == 6  # every reply went to ScienceWorld
     for trajectory in trajectories:
         assert trajectory.env == "sciworld" and trajectory.messages[2].content.startswith("Task Description:")

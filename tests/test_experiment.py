@@ -154,6 +154,19 @@ def tiny_setup(tmp_path_factory):
     return build_setup(cfg, workdir, experts), experts
 
 
+def _expert_vs_corrupted_pairs(experts) -> list:
+    """ETO pairs of each expert against itself with the last action replaced (reward 0.25)."""
+    from coevo_jax.data.pairs import build_eto_pairs
+    from coevo_jax.data.records import Message
+
+    def corrupted(t):
+        messages = list(t.messages)
+        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
+        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
+
+    return build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs
+
+
 class SimulatedKill(Exception):
     pass
 
@@ -194,18 +207,10 @@ def test_sft_phase_killed_midway_resumes_to_the_same_parameters(tiny_setup, tmp_
 
 @pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min
 def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
-    from coevo_jax.data.pairs import build_eto_pairs
-    from coevo_jax.data.records import Message, Trajectory
-
     setup, experts = tiny_setup
     params = setup.base_params(0)
 
-    def corrupted(t: Trajectory) -> Trajectory:  # the expert with its last action replaced
-        messages = list(t.messages)
-        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
-        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
-
-    pairs = build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs
+    pairs = _expert_vs_corrupted_pairs(experts)
     assert len(pairs) == 8  # one batch of 8 pairs per epoch
     store = RunStore(str(tmp_path))
     cfg = setup.cfg.dpo
@@ -225,20 +230,12 @@ def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
 
 @pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min
 def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
-    from coevo_jax.data.pairs import build_eto_pairs
-    from coevo_jax.data.records import Message, Trajectory
-
     setup, experts = tiny_setup
     setup = dataclasses.replace(
         setup, cfg=dataclasses.replace(setup.cfg, dpo=dataclasses.replace(setup.cfg.dpo, updates_per_phase=3))
     )
 
-    def corrupted(t: Trajectory) -> Trajectory:
-        messages = list(t.messages)
-        messages[-1] = Message("assistant", "Thought: I give up.\nAction: look around")
-        return dataclasses.replace(t, traj_id=t.traj_id + "/bad", reward=0.25, messages=tuple(messages))
-
-    pairs = build_eto_pairs(experts, [corrupted(t) for t in experts]).pairs  # 2 batches per epoch
+    pairs = _expert_vs_corrupted_pairs(experts)  # 2 batches per epoch
     _, summary = phases.dpo_phase(
         setup,
         RunStore(str(tmp_path)),
@@ -252,6 +249,40 @@ def test_dpo_phase_runs_a_fixed_number_of_updates(tiny_setup, tmp_path):
     )
     assert summary["steps"] == 3 and summary["epochs"] == 2  # the second epoch stops after its first batch
     assert [h["step"] for h in summary["history"]] == [1, 2, 3]
+
+
+@pytest.mark.slow  # 25 s: a tiny phase end to end
+def test_a_dpo_phase_scores_the_reference_only_on_the_pairs_its_updates_see(tiny_setup, tmp_path):
+    from coevo_jax.data.batching import plan_batches
+
+    setup, experts = tiny_setup
+    setup = dataclasses.replace(
+        setup, cfg=dataclasses.replace(setup.cfg, dpo=dataclasses.replace(setup.cfg.dpo, updates_per_phase=1))
+    )
+
+    pairs = _expert_vs_corrupted_pairs(experts)  # 2 batches per epoch
+    store = RunStore(str(tmp_path))
+    _, summary = phases.dpo_phase(
+        setup,
+        store,
+        "dpo",
+        setup.base_params(0),
+        pairs,
+        kind=StepKind.DPO,
+        learning_rate=1e-3,
+        beta=0.1,
+        seed=5,
+    )
+    assert summary["steps"] == 1
+    assert summary["history"][0]["loss"] == pytest.approx(np.log(2.0), abs=1e-5)  # right references
+    tokenized, _ = phases.tokenize_pairs(
+        pairs, setup.tokenizer, setup.chat_format, max_length=setup.cfg.max_length
+    )
+    lengths = [len(p) for p in tokenized]
+    first = plan_batches(lengths, setup.cfg.dpo.pairs_per_batch, phases._buckets(setup), seed=5 * 1000)[0][1]
+    with np.load(os.path.join(store.scratch_dir("dpo"), phases.REFERENCE_FILE)) as saved:
+        assert sorted(np.flatnonzero(saved["computed"]).tolist()) == sorted(first)
+        assert 0 < len(first) < len(pairs) and np.all(saved["chosen"][~saved["computed"]] == 0)
 
 
 @pytest.mark.slow
@@ -305,3 +336,23 @@ def test_every_method_runs_end_to_end_and_reports(tmp_path):
     assert run(cfg, str(tmp_path))["methods"] == results["methods"]
     with pytest.raises(ValueError, match="different config"):
         run(tiny_config(seed=1), str(tmp_path))
+
+
+def test_a_workdir_resumes_under_code_with_new_config_fields_left_at_their_defaults(tmp_path):
+    """A workdir begun before a field existed resumes when the run leaves that field at its default, and is
+    refused when the run moves it (or any recorded field)."""
+    defaults = ExperimentConfig().to_json()
+    current = ExperimentConfig(seed=3).to_json()
+    older = json.loads(json.dumps(current))
+    del older["model"]["lora_rank"], older["match_exploration"]
+    store = RunStore(str(tmp_path))
+    store.check_config(older, defaults=defaults)
+    store.check_config(current, defaults=defaults)  # accepted, and recorded with the new fields
+    assert json.loads((tmp_path / "config.json").read_text()) == current
+    (tmp_path / "config.json").write_text(json.dumps(older))
+    moved = ExperimentConfig(seed=3, match_exploration=True).to_json()
+    with pytest.raises(ValueError, match=r"changed: match_exploration\)"):
+        store.check_config(moved, defaults=defaults)
+    with pytest.raises(ValueError, match=r"changed: seed\)"):
+        store.check_config(ExperimentConfig(seed=4).to_json(), defaults=defaults)
+    store.close()

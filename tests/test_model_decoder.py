@@ -123,6 +123,23 @@ def test_incremental_chunks_match_whole_history(model, full_logits, cached_step)
     np.testing.assert_array_equal(cache.lengths_B, mask.sum(axis=1))
 
 
+def test_long_chunks_attending_row_by_row_match_whole_history(model, full_logits, cached_step):
+    """Chunks of 64+ tokens take the row-by-row attention path on the CPU; it equals one pass over all."""
+    chunk_a = padded_batch([(70, "left"), (64, "left"), (9, "left")], 72, seed=8)
+    chunk_b = padded_batch([(66, "left"), (0, "left"), (70, "left")], 70, seed=9)
+    ids = np.concatenate([chunk_a[0], chunk_b[0]], axis=1)
+    mask = np.concatenate([chunk_a[1], chunk_b[1]], axis=1)
+    expected = np.asarray(full_logits(model, jnp.asarray(ids), jnp.asarray(mask)))
+
+    cache = init_cache(KITCHEN_SINK, batch=3, max_len=160)
+    pieces = []
+    for chunk_ids, chunk_mask in (chunk_a, chunk_b):
+        logits, cache = cached_step(model, jnp.asarray(chunk_ids), cache, jnp.asarray(chunk_mask))
+        pieces.append(np.asarray(logits))
+    assert max_abs_on_valid(np.concatenate(pieces, axis=1), expected, mask) < 1e-5
+    np.testing.assert_array_equal(cache.lengths_B, mask.sum(axis=1))
+
+
 def test_rows_do_not_disturb_each_other(model, cached_step):
     ids, mask = padded_batch([(4, "left"), (2, "right"), (3, "left")], 4, seed=8)
     step_ids, step_mask = padded_batch([(2, "right"), (1, "left"), (2, "left")], 2, seed=9)

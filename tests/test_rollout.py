@@ -20,6 +20,7 @@ from coevo_jax.models import Decoder
 from coevo_jax.models.tokenizer_training import train_tokenizer_for_trajectories
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_reply, parse_action
 from coevo_jax.rollout import ModelActor, RolloutConfig, ScriptedActor, TurnCodec, run_rollouts
+from coevo_jax.rollout.actors import shared_prefix_length
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
 
 QUIET = dict(show_progress=False)
@@ -185,7 +186,7 @@ def test_turn_codec_pieces_equal_tokenizing_the_whole_conversation(env, tokenize
     assert tokens == whole
 
 
-def _model_actor(model, tokenizer, *, rows, groups, cache_len=512, sampling=None, seed=0):
+def _model_actor(model, tokenizer, *, rows, groups, cache_len=512, sampling=None, seed=0, share_prefix=True):
     sampling = sampling or SamplingConfig(max_new_tokens=24)
     codec = TurnCodec(tokenizer, chat_format_for(tokenizer))
     stops = StopConfig(stop_ids=codec.end_of_turn_ids)
@@ -200,6 +201,7 @@ def _model_actor(model, tokenizer, *, rows, groups, cache_len=512, sampling=None
         stop_strings=("Observation:",),
         seed=seed,
         model_name="tiny",
+        share_prompt_prefix=share_prefix,
     )
     return actor, sampler
 
@@ -211,7 +213,7 @@ def test_tiny_model_greedy_rollouts_do_not_depend_on_batching(env, tokenizer, ti
     for rows, groups in ((4, 2), (3, 1)):
         actor, sampler = _model_actor(tiny_model, tokenizer, rows=rows, groups=groups)
         trajectories, stats = run_rollouts(_factory, actor, tasks, str(tmp_path / f"{rows}.jsonl"), cfg)
-        assert sampler.compilations <= 4  # prompt bucket(s), observation bucket(s), one decode
+        assert sampler.compilations <= 5  # prompt and observation buckets, one decode, the prefix copy
         assert stats.episodes == len(tasks) and actor.generated_tokens > 0
         results.append({t.task_id: t.messages for t in trajectories})
         for trajectory in trajectories:
@@ -219,6 +221,41 @@ def test_tiny_model_greedy_rollouts_do_not_depend_on_batching(env, tokenizer, ti
             assert all("Observation:" not in a for a in trajectory.actions)
             assert trajectory.sampling["model"] == "tiny" and trajectory.sampling["temperature"] == 0.0
     assert results[0] == results[1]
+
+
+def test_a_shared_prompt_prefix_encoded_once_plays_the_same_episodes(env, tokenizer, tiny_model, tmp_path):
+    """Sampled episodes are the same whether new episodes copy the shared prompt prefix into the cache
+    or prefill their whole prompt; the prefix is the environment's instructions, and the cache is windowed."""
+    tasks = env.tasks("test_seen")[:6] + env.tasks("test_unseen")[:4]
+    cfg = RolloutConfig(max_steps=4, **QUIET)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=24)
+    episodes = {}
+    for share in (True, False):
+        actor, sampler = _model_actor(
+            tiny_model,
+            tokenizer,
+            rows=3,
+            groups=2,
+            sampling=sampling,
+            seed=4,
+            share_prefix=share,
+            cache_len=1024,  # windows of 512 and 1,024 slots
+        )
+        trajectories, _ = run_rollouts(_factory, actor, tasks, str(tmp_path / f"{share}.jsonl"), cfg)
+        episodes[share] = [(t.task_id, t.reward, [m.content for m in t.messages]) for t in trajectories]
+        if share:
+            prompt = actor.codec.prompt_tokens(trajectories[0].messages[:3])
+            assert 32 <= len(actor._prefix) < len(prompt) and prompt[: len(actor._prefix)] == actor._prefix
+            assert sampler.window_buckets[0] < sampler.cache_len
+        else:
+            assert actor._prefix == []
+    assert episodes[True] == episodes[False]
+
+
+def test_shared_prefix_length_leaves_a_token_to_prefill():
+    assert shared_prefix_length([1, 2, 3, 4], [1, 2, 3, 5]) == 3
+    assert shared_prefix_length([1, 2, 3], [1, 2, 3, 4]) == 2  # all of the shorter but its last token
+    assert shared_prefix_length([7], [7]) == 0 and shared_prefix_length([], [1]) == 0
 
 
 def test_tiny_model_cached_replies_equal_greedy_from_the_whole_context(env, tokenizer, tiny_model, tmp_path):
@@ -297,7 +334,9 @@ def test_smollm2_plays_batched_episodes_with_the_cache(env, smollm2_gguf_path, t
     trajectories, stats = run_rollouts(
         _factory, actor, tasks, str(tmp_path / "t.jsonl"), RolloutConfig(max_steps=3, **QUIET)
     )
-    assert stats.episodes == 2 and sampler.compilations <= 4
+    assert (
+        stats.episodes == 2 and sampler.compilations <= 8
+    )  # prefill per (chunk, window) bucket, decode per window, prefix copy
     for trajectory in trajectories:
         assert trajectory.extra["terminate_reason"] in ("max_steps", "done")
         assert all(len(a) > 0 for a in trajectory.actions)

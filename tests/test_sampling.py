@@ -307,3 +307,50 @@ def test_chunk_padding_and_bucket_errors():
         left_pad([[1] * 9], (4, 8))
     with pytest.raises(ValueError):
         SamplingConfig(top_p=0.0)
+
+
+def test_a_cache_window_samples_and_caches_what_the_whole_cache_does(model):
+    """Prefill and decode on the first W slots give the same tokens, stops and cache contents as on all of
+    them, over two turns, greedy and sampled; one decode program per window bucket used."""
+    stops = StopConfig(stop_ids=(7,), stop_sequences=((5, 6),))
+    prompts, observations = _prompts(13, (5, 17, 30)), _prompts(14, (9, 40, 3))
+    keys = [jax.random.split(jax.random.key(turn), 3) for turn in range(2)]
+    outputs = {}
+    for name, buckets in (("windowed", (16, 32, 64, 128)), ("whole", (256,))):
+        for cfg in (SamplingConfig(max_new_tokens=8), SamplingConfig(temperature=1.0, max_new_tokens=8)):
+            sampler, params = Sampler.for_model(
+                model, batch_size=3, cache_len=256, sampling=cfg, stops=stops, window_buckets=buckets
+            )
+            cache, chunks, starts, turns = sampler.init_cache(), prompts, [0, 0, 0], []
+            for turn in range(2):
+                live = max(s + len(c) for s, c in zip(starts, chunks, strict=True))
+                window = sampler.window_for(live)
+                logits, cache = sampler.prefill(params, cache, chunks, starts, window)
+                result, cache = sampler.decode(params, cache, logits, [True] * 3, keys[turn], window)
+                tokens, counts = np.asarray(result.tokens_BxN), np.asarray(result.counts_B)
+                turns.append(
+                    (window, tokens.tolist(), counts.tolist(), np.asarray(result.reasons_B).tolist())
+                )
+                starts = np.asarray(cache.lengths_B).tolist()
+                chunks = [[int(tokens[r, counts[r] - 1])] + observations[r] for r in range(3)]
+            lengths = np.asarray(cache.lengths_B)
+            filled = [np.asarray(k)[r, :, : lengths[r]] for k in cache.keys for r in range(3)]
+            ids = [np.asarray(cache.token_ids_BxS)[r, : lengths[r]] for r in range(3)]
+            outputs[name, cfg.greedy] = turns, lengths.tolist(), filled, ids
+            if name == "windowed":
+                assert [t[0] for t in turns] == [64, 128]  # 30 + 8 tokens, then about 90 + 8
+                assert sampler._decode._cache_size() == 2
+    for greedy in (True, False):
+        windowed, whole = outputs["windowed", greedy], outputs["whole", greedy]
+        assert [t[1:] for t in windowed[0]] == [t[1:] for t in whole[0]] and windowed[1] == whole[1]
+        for a, b in zip(windowed[2] + windowed[3], whole[2] + whole[3], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_window_too_small_for_the_turn_is_refused(model):
+    sampler, params = Sampler.for_model(model, batch_size=1, cache_len=256, window_buckets=(16, 64))
+    assert sampler.window_buckets == (16, 64, 256) and sampler.window_for(10) == 256  # 10 + 256 new tokens
+    with pytest.raises(ValueError, match="window 16"):
+        sampler.prefill(params, sampler.init_cache(), _prompts(15, (20,)), [0], window=16)
+    with pytest.raises(ValueError, match="window 48"):
+        sampler.decode(params, sampler.init_cache(), jnp.zeros((1, VOCAB)), [True], jax.random.key(0), 48)

@@ -126,11 +126,19 @@ def dpo_phase(
     pad = setup.tokenizer.pad_token_id
     lengths = [len(p) for p in tokenized]
     spec = PhaseSpec(name, kind, dpo_config(learning_rate, cfg.dpo.warmup_steps), beta, cfg.dpo.epochs, seed)
-    ref_chosen, ref_rejected = _reference_logps(setup, store, spec, params, tokenized)
+    steps_per_epoch = len(plan_batches(lengths, per_batch, buckets, seed=0))
+    total = cfg.dpo.updates_per_phase or cfg.dpo.epochs * steps_per_epoch
+    epochs = -(-total // steps_per_epoch)
+
+    plans = [plan_batches(lengths, per_batch, buckets, seed=seed * 1000 + e) for e in range(epochs)]
+    # only the pairs the phase's `total` updates will see need reference log-probs
+    trained = [idx for plan in plans for _, idx in plan][:total]
+    used = sorted({i for idx in trained for i in idx})
+    ref_chosen, ref_rejected = _reference_logps(setup, store, spec, params, tokenized, used)
 
     def epoch_batches(epoch: int) -> list[dict]:
         out = []
-        for length, idx in plan_batches(lengths, per_batch, buckets, seed=seed * 1000 + epoch):
+        for length, idx in plans[epoch]:
             batch = collate_dpo(
                 [tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad
             )
@@ -141,26 +149,32 @@ def dpo_phase(
             out.append(batch)
         return out
 
-    steps_per_epoch = len(plan_batches(lengths, per_batch, buckets, seed=0))
-    total = cfg.dpo.updates_per_phase or cfg.dpo.epochs * steps_per_epoch
-    spec = dataclasses.replace(spec, epochs=-(-total // steps_per_epoch))
+    spec = dataclasses.replace(spec, epochs=epochs)
     params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch, total)
     return params, {**summary, "pairs": len(tokenized), "fit": fit.to_dict()}
 
 
-def _reference_logps(setup, store, spec: PhaseSpec, params, tokenized) -> tuple[np.ndarray, np.ndarray]:
-    """log pi_ref of each pair's chosen and rejected side (float32 [P] each), cached in the phase dir."""
+def _reference_logps(
+    setup, store, spec: PhaseSpec, params, tokenized, used: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """log pi_ref of the chosen and rejected side of the pairs in `used` (float32 [P] each, 0 for the pairs
+    no update of the phase sees), cached in the phase dir."""
     path = os.path.join(store.scratch_dir(spec.name), REFERENCE_FILE)
     if os.path.exists(path):
         with np.load(path) as saved:
-            if len(saved["chosen"]) == len(tokenized):
+            computed = saved["computed"] if "computed" in saved else np.ones(len(saved["chosen"]), bool)
+            if len(saved["chosen"]) == len(tokenized) and computed[list(used)].all():
                 return saved["chosen"], saved["rejected"]
     steps, _, _ = setup.programs.steps(spec.optimizer, spec.beta)
     per_batch, pad = setup.cfg.dpo.pairs_per_batch, setup.tokenizer.pad_token_id
     chosen = np.zeros(len(tokenized), np.float32)
     rejected = np.zeros(len(tokenized), np.float32)
-    plan = plan_batches([len(p) for p in tokenized], per_batch, _buckets(setup), seed=0, shuffle=False)
-    for length, idx in plan:
+    computed = np.zeros(len(tokenized), bool)
+    computed[list(used)] = True
+    lengths = [len(tokenized[i]) for i in used]
+    plan = plan_batches(lengths, per_batch, _buckets(setup), seed=0, shuffle=False)
+    for length, positions in plan:
+        idx = [used[p] for p in positions]
         batch = collate_dpo([tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad)
         batch = {k: v for k, v in batch.items() if k in steps.reference.keys}
         placed = _place(setup, batch)
@@ -168,7 +182,7 @@ def _reference_logps(setup, store, spec: PhaseSpec, params, tokenized) -> tuple[
         chosen[list(idx)] = np.asarray(c).reshape(-1)[: len(idx)]
         rejected[list(idx)] = np.asarray(r).reshape(-1)[: len(idx)]
     with atomic_path(path) as tmp:
-        np.savez(tmp, chosen=chosen, rejected=rejected)
+        np.savez(tmp, chosen=chosen, rejected=rejected, computed=computed)
     return chosen, rejected
 
 

@@ -68,7 +68,7 @@ def run(cfg: ExperimentConfig, workdir: str) -> dict:
         for split in (cfg.env.train_split, *cfg.env.eval_splits):
             env.tasks(split)  # ValueError naming an unknown split, before the workdir is touched
         store = RunStore(workdir)
-        store.check_config(cfg.to_json())
+        store.check_config(cfg.to_json(), defaults=ExperimentConfig().to_json())
         experts = load_or_generate_experts(env, cfg.env, store.workdir)
         train_tasks = env.tasks(cfg.env.train_split)[: cfg.env.explore_tasks]
         eval_tasks = {split: env.tasks(split)[: cfg.env.eval_tasks] for split in cfg.env.eval_splits}

@@ -58,19 +58,23 @@ class RunStore:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return path
 
-    def check_config(self, config_json: dict) -> None:
-        """Records the config on the first run; a resumed run must use the same one."""
+    def check_config(self, config_json: dict, defaults: dict | None = None) -> None:
+        """Records the config on the first run; a resumed run must use the same one. A field the saved
+        config lacks (added to the code since the workdir began) is the same when the run leaves it at its
+        value in `defaults` (the code's default config), which is what the older code did."""
         path = os.path.join(self.workdir, CONFIG_FILE)
         if not os.path.exists(path):
             write_json_atomic(path, config_json)
             return
         saved = read_json(path)
         if saved != config_json:
-            changed = sorted(_differences(saved, config_json))
-            raise ValueError(
-                f"{path}: this workdir was started with a different config (changed: {', '.join(changed)}); "
-                "use a new --workdir or the original config"
-            )
+            changed = sorted(_differences(saved, config_json, defaults or {}))
+            if changed:
+                raise ValueError(
+                    f"{path}: this workdir was started with a different config (changed: "
+                    f"{', '.join(changed)}); use a new --workdir or the original config"
+                )
+            write_json_atomic(path, config_json)  # the new fields, at their defaults
 
     def stage(self, name: str, run: Callable[[], Any]) -> Any:
         """The record of stage `name`: stored if it is done, else `run()`'s (then stored)."""
@@ -120,10 +124,23 @@ class RunStore:
         self._checkpointer.close()
 
 
-def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
+_ABSENT = object()
+
+
+def _differences(saved: Any, current: Any, defaults: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the fields that differ; a field absent from `saved` differs only when `current` moves
+    it off its value in `defaults`."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        defaults = defaults if isinstance(defaults, dict) else {}
         out = []
-        for key in sorted(set(a) | set(b)):
-            out += _differences(a.get(key), b.get(key), f"{prefix}{key}.")
+        for key in sorted(set(saved) | set(current)):
+            out += _differences(
+                saved.get(key, _ABSENT),
+                current.get(key, _ABSENT),
+                defaults.get(key, _ABSENT),
+                f"{prefix}{key}.",
+            )
         return out
-    return [] if a == b else [prefix.rstrip(".")]
+    if saved is _ABSENT and current is not _ABSENT and current == defaults:
+        return []
+    return [] if saved == current else [prefix.rstrip(".")]

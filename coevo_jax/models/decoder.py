@@ -39,6 +39,7 @@ from coevo_jax.models.layers import (
     RMSNorm,
     apply_rope,
     attend,
+    attend_by_rows,
     batch_shards,
     constrain,
     param,
@@ -48,6 +49,9 @@ from coevo_jax.models.lora import add_adapters
 from coevo_jax.models.token_shift import shift_cached, shift_full, write_ids
 
 _INIT_STD = 0.02  # HF `initializer_range`; real weights come from checkpoints
+# Cached chunks of at least this many tokens attend row by row on the CPU (`_causal_plan`): 1.6-1.9x
+# faster for a 256-token chunk against 1,024-1,280 slots, no gain below 64 tokens (bench/README.md).
+_ROWS_MAPPED_FROM = 64
 
 
 def _normal(rngs: nnx.Rngs, shape: tuple[int, ...], dtype) -> jax.Array:
@@ -115,6 +119,10 @@ class Attention(nnx.Module):
         if layer_cache is None:
             out_BxTxHxE = causal_attention(
                 q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **_causal_plan(mask.shape[0])
+            )
+        elif q_BxTxHxE.shape[1] >= _ROWS_MAPPED_FROM:  # a long prefill chunk
+            out_BxTxHxE = attend_by_rows(
+                q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, _causal_plan(mask.shape[0])["row_chunks"]
             )
         else:
             out_BxTxHxE = attend(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask)

@@ -11,6 +11,9 @@ returns at once, so the loop can step environments while the device decodes.
   Each reply is sampled with a key of its own: the actor's seed folded with the episode (task id, sample)
   and the turn, so an episode's replies do not depend on which slot, batch or process plays it (a rollout
   resumed after a crash samples its remaining episodes as the uninterrupted one did).
+  The leading tokens that the first two episodes' prompts share (at least `MIN_SHARED_PREFIX`: the
+  environment's instructions) are encoded once and copied into the cache of every episode that starts
+  with them, so a new episode prefills only the rest of its prompt.
 * `ScriptedActor`: a Python function of the request (tests, expert replay, baselines).
 """
 
@@ -64,6 +67,17 @@ class ScriptedActor:
         return {"actor": "scripted"}
 
 
+MIN_SHARED_PREFIX = 32  # shorter shared prompt prefixes are not worth a cache copy
+
+
+def shared_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share, leaving at least one token of each to prefill."""
+    limit, n = min(len(a), len(b)) - 1, 0
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return max(n, 0)
+
+
 @dataclasses.dataclass
 class _SlotContext:
     tokens: list[int]  # everything the model is conditioned on, up to the last reply's kept tokens
@@ -96,6 +110,7 @@ class ModelActor:
         stop_strings: Sequence[str] = (),
         seed: int = 0,
         model_name: str = "",
+        share_prompt_prefix: bool = True,
     ):
         self.sampler, self.params, self.codec = sampler, params, codec
         self.weights = sampler.weights(params)  # LoRA adapters merged once per actor, if the sampler merges
@@ -107,6 +122,9 @@ class ModelActor:
         self._caches = [sampler.init_cache() for _ in range(num_groups)]
         self._slots: dict[int, _SlotContext] = {}
         self.generated_tokens = 0
+        self._first_prompt: list[int] | None = None if share_prompt_prefix else []
+        self._prefix: list[int] = []
+        self._prefix_cache = None
 
     def sampling_info(self) -> dict:
         cfg = self.sampler.sampling
@@ -129,7 +147,8 @@ class ModelActor:
         """The slot's new chunk (and its context updated), or None when the context no longer fits."""
         context = self._slots.get(slot)
         if request.new_episode or context is None:
-            context = _SlotContext(self.codec.prompt_tokens(request.messages), 0, len(request.messages))
+            prompt = self.codec.prompt_tokens(request.messages)
+            context = _SlotContext(prompt, self._shared_start(prompt), len(request.messages))
         else:
             new = request.messages
             if len(new) != context.messages_seen + 2:
@@ -142,6 +161,21 @@ class ModelActor:
             return None
         return context.tokens[context.cached :]
 
+    def _shared_start(self, prompt: list[int]) -> int:
+        """How many leading tokens of a new episode's prompt come from the shared prefix (0: none)."""
+        if self._first_prompt is None:
+            self._first_prompt = prompt
+        elif self._prefix_cache is None and self._first_prompt:
+            shared = shared_prefix_length(self._first_prompt, prompt)
+            self._first_prompt = []  # decided once
+            if shared >= MIN_SHARED_PREFIX:
+                self._prefix = prompt[:shared]
+                self._prefix_cache = self.sampler.prompt_prefix(self.weights, self._prefix)
+        size = len(self._prefix)
+        if size and len(prompt) > size and prompt[:size] == self._prefix:
+            return size
+        return 0
+
     def submit(self, requests: Mapping[int, TurnRequest]) -> PendingReplies:
         groups = {slot // self.rows for slot in requests}
         if len(groups) != 1:
@@ -151,6 +185,7 @@ class ModelActor:
         starts = np.zeros(self.rows, np.int32)
         turns = np.zeros((self.rows, 3), np.uint32)  # per row: task id hash, sample, turn
         out_of_room = []
+        copy_rows = [False] * self.rows  # rows whose new episode starts from the shared prefix
         for slot, request in requests.items():
             chunk = self._prepare(slot, request)
             if chunk is None:
@@ -158,14 +193,21 @@ class ModelActor:
                 continue
             row = slot % self.rows
             chunks[row], starts[row] = chunk, self._slots[slot].cached
+            # a fresh context (no reply yet) holds cached tokens only when they are the shared prefix
+            copy_rows[row] = starts[row] > 0 and not self._slots[slot].reply_spans
             turns[row] = (zlib.crc32(request.task_id.encode()), request.sample, len(request.messages))
         active = [chunk is not None for chunk in chunks]
         if not any(active):
             return PendingReplies(lambda: dict.fromkeys(out_of_room))
         cache = self._caches[group]
-        logits, cache = self.sampler.prefill(self.weights, cache, chunks, starts)
+        if any(copy_rows):
+            cache = self.sampler.copy_prefix(cache, self._prefix_cache, copy_rows)
+        window = self.sampler.window_for(
+            max(starts[r] + len(c) for r, c in enumerate(chunks) if c is not None)
+        )
+        logits, cache = self.sampler.prefill(self.weights, cache, chunks, starts, window)
         keys = _turn_keys(self._key, turns)
-        result, self._caches[group] = self.sampler.decode(self.weights, cache, logits, active, keys)
+        result, self._caches[group] = self.sampler.decode(self.weights, cache, logits, active, keys, window)
         slots = [slot for slot in requests if slot not in out_of_room]
 
         def finish() -> dict[int, str | None]:
