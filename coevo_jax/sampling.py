@@ -336,6 +336,9 @@ class Sampler:
     ):
         self.merge_lora = bool(model_config.lora_rank) and merge_lora
         program_config = model_config.without_lora() if self.merge_lora else model_config
+        # remat only trades memory in backward passes; inside the decode loop's trace it would also see the
+        # parameters from outside the loop (TraceContextError)
+        program_config = program_config.replace(remat=False)
         graphdef, _ = abstract_model(program_config)
         self.graphdef, self.model_config = graphdef, model_config
         self.batch_size, self.cache_len = batch_size, cache_len

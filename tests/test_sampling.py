@@ -298,6 +298,21 @@ def test_bf16_compute_model_samples(model):
     assert all(len(t) == 4 and all(0 <= x < VOCAB for x in t) for t in out)
 
 
+def test_a_remat_model_samples_like_the_same_model_without_remat(model):
+    """The SmolLM2 and paper configs train with remat; their samplers must decode (remat inside the decode
+    loop's trace failed with TraceContextError) and give the same tokens."""
+    outputs = []
+    for remat in (False, True):
+        sampler, params = Sampler.for_model(
+            with_config(model, KITCHEN_SINK.replace(remat=remat)),
+            batch_size=2,
+            cache_len=64,
+            sampling=SamplingConfig(max_new_tokens=6),
+        )
+        outputs.append(sampler.generate(params, _prompts(12, (5, 9)), jax.random.key(0)))
+    assert outputs[0] == outputs[1]
+
+
 def test_chunk_padding_and_bucket_errors():
     assert Sampler(KITCHEN_SINK, batch_size=1, cache_len=100).buckets == (16, 32, 64, 100)
     ids, mask = left_pad([[1, 2], None, [3]], (4, 8))
