@@ -95,6 +95,8 @@ def run_case(args) -> dict:
     compiled = step.lower(state, placed, frozen).compile()
     compile_s = time.perf_counter() - start
     memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
     state, metrics = compiled(state, own, frozen)  # warm-up
     jax.block_until_ready(metrics)
     start = time.perf_counter()
@@ -117,6 +119,7 @@ def run_case(args) -> dict:
         "xla_arguments_mib": memory.argument_size_in_bytes / 2**20,
         "xla_temporaries_mib": memory.temp_size_in_bytes / 2**20,
         "compile_s": compile_s,
+        "xla_gflop_per_step": cost.get("flops", float("nan")) / 1e9,
         "s_per_step": seconds,
         "tokens_per_s": float(np.sum(batch["attention_mask"])) / seconds,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -1,7 +1,9 @@
-"""SmolLM2-135M-Instruct (bundled GGUF, offline) on ScienceWorld (ETO's splits): SFT, ETO, co-evolution.
+"""SmolLM2-135M-Instruct (bundled GGUF, offline) on ScienceWorld (ETO's splits): SFT, RFT, ETO, co-evolution.
 
-Sized for a CPU in a few hours: gold-path experts of the first 200 train tasks, 100 explored per iteration,
-60 per test split (seen = ETO's dev split, unseen = its test split). Needs Java (launch/install_java.sh).
+The SQL config's CPU sizing (`sql_smollm2.smollm2_config`) with gold-path experts of the first 64 train tasks
+(ScienceWorld's expert episodes are 2.3x as long as SQL's: 1,408 tokens on average with SmolLM2's tokenizer),
+48 explored per iteration, 32 per test split (seen = ETO's dev split, unseen = its test split). Needs Java
+(launch/install_java.sh).
 
     python -m coevo_jax.main --config=configs/sciworld_smollm2.py --workdir=workdir_sciworld
 """
@@ -15,4 +17,4 @@ from sql_smollm2 import smollm2_config  # noqa: E402
 
 
 def get_config():
-    return smollm2_config("sciworld", {"java_max_heap": "384m"}, expert_tasks=200, rows=4)
+    return smollm2_config("sciworld", {"java_max_heap": "384m"}, expert_tasks=64, rows=4)
