@@ -85,7 +85,7 @@ def test_config_errors_name_the_group_and_field():
         (
             {"name": "nosuchenv"},
             ValueError,
-            r"unknown environment 'nosuchenv'; registered: builtin, intercode_sql",
+            r"unknown environment 'nosuchenv'; registered: bfcl, builtin, intercode_sql",
         ),
         (
             {"kwargs": {"num_trian": 8}},
