@@ -11,12 +11,15 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax import envs
+from coevo_jax.data.records import read_trajectories
 from coevo_jax.envs.bfcl import BfclEnv, backend
 from coevo_jax.envs.bfcl.calls import decode_action
 from coevo_jax.envs.bfcl.data import BFCL_VERSION, CATEGORIES, PYTHON_HINT, bfcl_module, load_category
 from coevo_jax.envs.bfcl.docs import compact_docs, render_docs, signature
 from coevo_jax.envs.bfcl.experts import END_TURN, NO_CALL, expert_steps, keyword_call
 from coevo_jax.experiment import rollouts
+from coevo_jax.experiment.config import ExperimentConfig
+from coevo_jax.experiment.run import check_env_config, run
 from coevo_jax.react import format_reply
 from coevo_jax.rollout import RolloutConfig, ScriptedActor, run_rollouts
 
@@ -399,3 +402,51 @@ def test_a_missing_package_says_how_to_install_it(monkeypatch):
     with pytest.raises(ModuleNotFoundError, match=rf"pip install --no-deps bfcl-eval=={BFCL_VERSION}"):
         bfcl_module("eval_checker.multi_turn_eval.multi_turn_checker")
     assert importlib.util.find_spec("bfcl_eval") is not None
+
+
+def _config(name: str) -> dict:
+    path = pathlib.Path(__file__).parent.parent / "configs" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config().to_dict()
+
+
+def test_the_smollm2_config_builds_its_environment_and_fits_the_experts_it_measured():
+    cfg = ExperimentConfig.from_mapping(_config("bfcl_smollm2"))
+    check_env_config(cfg)
+    environment = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+    assert len(environment.tasks(cfg.env.train_split)) >= cfg.env.expert_tasks
+    assert all(len(environment.tasks(split)) >= cfg.env.eval_tasks for split in cfg.env.eval_splits)
+    assert cfg.model.source == "smollm2" and cfg.max_length == cfg.rollout.cache_len == 3072
+    environment.close()
+
+
+def _tiny_bfcl_config() -> ExperimentConfig:
+    """`configs/tiny.py`'s one-layer policy on BFCL, SFT only: 2 experts, one test episode."""
+    config = _config("tiny")
+    config["methods"] = ("sft",)
+    config["env"] = {
+        "name": "bfcl",
+        "kwargs": {"category": "multi_turn_base", "max_observation_chars": 200},
+        "train_split": "train",
+        "eval_splits": ("test",),
+        "expert_tasks": 2,
+        "explore_tasks": 1,
+        "eval_tasks": 1,
+    }
+    config["model"] = {**config["model"], "vocab_size": 1024}  # the two experts: 1,913 and 1,381 tokens
+    config["sft"] = {**config["sft"], "epochs": 1}
+    return ExperimentConfig.from_mapping(config)
+
+
+@pytest.mark.slow  # SFT on two experts, then one greedy episode to the context limit: 1-5 min on 2 busy cores
+def test_the_main_job_plays_bfcl_with_a_tiny_policy(tmp_path):
+    results = run(_tiny_bfcl_config(), str(tmp_path))
+    evaluation = results["methods"]["SFT"]["iterations"][0]["eval"]["test"]
+    assert evaluation["episodes"] == 1 and results["counts"]["experts"] == 2
+    assert evaluation["terminations"] and "metrics" in evaluation
+    (path,) = tmp_path.rglob("sft_target_test.jsonl")
+    (trajectory,) = read_trajectories(path)
+    assert trajectory.task_id == "multi_turn_base_3" and len(trajectory.messages) > 3  # it played steps
+    assert trajectory.extra["metrics"] == {"turn_accuracy": 0.0}

@@ -53,6 +53,7 @@ def _load_config_module(path: pathlib.Path):
         ("builtin_study", None),
         ("sql_smollm2", None),
         ("sciworld_smollm2", None),
+        ("bfcl_smollm2", None),
         ("paper_llama2_7b", "webshop"),
         ("paper_llama2_7b", "sciworld"),
         ("paper_llama2_7b", "sql"),
