@@ -24,6 +24,9 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.min_bucket = 512
     # Steps of 256 tokens: SQL experts are 617 tokens on average, so power-of-two buckets would pad ~40 %.
     config.length_buckets = (512, 768, 1024, 1280, 1536, 2048)
+    # Two micro-batches a step: a DPO step of 4 pairs (8 sequences of up to 2,048 tokens) in one pass took the
+    # SQL job past 21.9 GB resident, and the kernel killed it (bench/README.md).
+    config.num_microbatches = 2
     config.checkpoint_every_steps = 50
     config.log_every_steps = 5
     config.show_progress = True
