@@ -3,8 +3,8 @@
 Scaled down for 2 CPU cores (a SmolLM2 train step is ~22 s for 4 sequences there): 96 of the GPT-4 expert
 episodes for two SFT epochs at lr 1e-4 (on 16 held-out train tasks this SFT policy succeeds on 8 and submits
 within 2-7 steps; after one epoch at 2e-5 it never submitted: `bench/lora_vs_full_sft.py`, bench/README.md),
-one iteration exploring 32 train tasks, 6 DPO updates of 4 pairs per phase at lr 2e-5 (not tuned), 32 tasks
-per test split. Full fine-tuning: on 2 cores it lowered the held-out experts' NLL 1.7x as much per CPU hour as
+one iteration exploring 32 train tasks, 6 DPO updates of 4 pairs per phase at lr 2e-5 (not tuned, and too
+high: after ETO's phase the policy stops submitting; bench/README.md), 32 tasks per test split. Full fine-tuning: on 2 cores it lowered the held-out experts' NLL 1.7x as much per CPU hour as
 LoRA r = 16. The paper runs 5 iterations on the whole split; on a GPU raise `iterations`, the task counts and
 the updates.
 
