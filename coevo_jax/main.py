@@ -3,6 +3,8 @@
 Runs SFT and the configured methods (RFT, ETO, co-evolving agents, ablations) on one environment,
 evaluating after every iteration; rerunning the same command on the same workdir resumes. Override any
 config field with `--config.some.field=value` (the config is locked: a misspelt field is an error).
+`--reuse_from=OTHER_WORKDIR` starts a new workdir from another run's stages that the config's differences
+cannot change (a DPO learning-rate sweep without redoing SFT, say).
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path of a configs/<name>.py file.", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, trajectories and results.")
+_REUSE_FROM = flags.DEFINE_string(
+    "reuse_from",
+    None,
+    "A run's workdir whose finished stages the config's differences cannot change (e.g. everything but the "
+    "pair-trained methods when only dpo.* differs) seed the new --workdir (coevo_jax.experiment.reuse).",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -39,7 +47,7 @@ def main(argv) -> None:
         jax.device_count(),
         jax.devices()[0].platform,
     )
-    results = run(ExperimentConfig.from_mapping(_CONFIG.value), _WORKDIR.value)
+    results = run(ExperimentConfig.from_mapping(_CONFIG.value), _WORKDIR.value, reuse_from=_REUSE_FROM.value)
     print(table_markdown(results))
 
 

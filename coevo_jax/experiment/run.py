@@ -15,7 +15,7 @@ import os
 import jax
 
 from coevo_jax import envs
-from coevo_jax.experiment import report
+from coevo_jax.experiment import report, reuse
 from coevo_jax.experiment.config import EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
 from coevo_jax.experiment.methods import METHOD_RUNNERS
@@ -54,8 +54,11 @@ def _eval_scalars(writer: ScalarWriter, method: str, entry: dict) -> None:
     writer.flush()
 
 
-def run(cfg: ExperimentConfig, workdir: str) -> dict:
-    """Runs (or resumes) the experiment in `workdir`; returns the results dict also saved there."""
+def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -> dict:
+    """Runs (or resumes) the experiment in `workdir`; returns the results dict also saved there.
+
+    `reuse_from`: a finished (or partial) run's workdir whose stages the config's differences cannot change
+    seed the new `workdir` (`experiment.reuse`); results.json records them under `reused`."""
     if jax.process_count() > 1:
         raise NotImplementedError(
             "the main job's rollouts and stage records run in one process; start it with one JAX process "
@@ -67,6 +70,16 @@ def run(cfg: ExperimentConfig, workdir: str) -> dict:
     try:
         for split in (cfg.env.train_split, *cfg.env.eval_splits):
             env.tasks(split)  # ValueError naming an unknown split, before the workdir is touched
+        reused = reuse.read_record(workdir)
+        if reuse_from:
+            reused = reuse.seed_workdir(
+                reuse_from,
+                workdir,
+                cfg.to_json(),
+                defaults=ExperimentConfig().to_json(),
+                execution_fields=EXECUTION_FIELDS,
+            )
+            log.info(reuse.describe(reused))
         store = RunStore(workdir)
         store.check_config(
             cfg.to_json(), defaults=ExperimentConfig().to_json(), execution_fields=EXECUTION_FIELDS
@@ -96,6 +109,8 @@ def run(cfg: ExperimentConfig, workdir: str) -> dict:
             **{f"{s}_tasks": len(t) for s, t in eval_tasks.items()},
         },
     }
+    if reused is not None:
+        results["reused"] = {"from": reused["source"], "stages": reused["stages"]}
     results_path = os.path.join(store.workdir, RESULTS_FILE)
     with ScalarWriter(os.path.join(store.workdir, "tensorboard")) as writer:
         stages = Stages(

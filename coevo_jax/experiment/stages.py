@@ -9,6 +9,7 @@ same sampling seed, so those episodes are played once.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 
 from coevo_jax.data.pairs import PreferenceDataset
@@ -16,13 +17,39 @@ from coevo_jax.data.records import Trajectory, read_trajectories
 from coevo_jax.envs.base import Environment
 from coevo_jax.experiment import phases, rollouts
 from coevo_jax.experiment.policy import PolicySetup
-from coevo_jax.experiment.store import RunStore
+from coevo_jax.experiment.store import POLICIES_DIR, RunStore
 from coevo_jax.train import StepKind
 
 log = logging.getLogger(__name__)
 
 SEEDS = {"target": 0, "failure": 1}  # the two base policies differ by initialisation / data-order seed
 SFT_TARGET = "sft_target"
+ROLLOUTS_DIR = "rollouts"
+
+
+def explore_file(policy: str, iteration: int, suffix: str = "") -> str:
+    """The workdir-relative rollout file of stage `explore/<policy>/it<iteration><suffix>`."""
+    return f"{ROLLOUTS_DIR}/{policy}_it{iteration}{suffix}_explore.jsonl"
+
+
+def eval_file(policy: str, split: str) -> str:
+    """The workdir-relative rollout file of stage `eval/<policy>/<split>`."""
+    return f"{ROLLOUTS_DIR}/{policy}_{split}.jsonl"
+
+
+def stage_outputs(stage: str) -> tuple[str, str]:
+    """(policy, workdir-relative output path) of a stage named by `Stages`: a `train/` stage's saved policy
+    directory, an `explore/` or `eval/` stage's rollout file. ValueError for any other name."""
+    kind, _, rest = stage.partition("/")
+    if kind == "train" and rest and "/" not in rest:
+        return rest, f"{POLICIES_DIR}/{rest}"
+    policy, _, tail = rest.partition("/")
+    if kind == "eval" and policy and tail and "/" not in tail:
+        return policy, eval_file(policy, tail)
+    match = re.fullmatch(r"it(\d+)((?:_x\d+)?)", tail)
+    if kind == "explore" and policy and match:
+        return policy, explore_file(policy, int(match.group(1)), match.group(2))
+    raise ValueError(f"{stage!r} is not a train/, explore/ or eval/ stage name")
 
 
 class Stages:
@@ -97,7 +124,7 @@ class Stages:
     def _explore(self, policy: str, iteration: int, repeat: int) -> tuple[list[Trajectory], dict]:
         suffix = "" if repeat == 1 else f"_x{repeat}"
         name = f"explore/{policy}/it{iteration}{suffix}"
-        path = self.store.path("rollouts", f"{policy}_it{iteration}{suffix}_explore.jsonl")
+        path = self.store.path(explore_file(policy, iteration, suffix))
         agent = policy.rsplit("_", 1)[-1]
         samples = repeat * self.setup.cfg.rollout.samples_per_task
 
@@ -125,7 +152,7 @@ class Stages:
         out = {}
         for split, task_ids in self.eval_tasks.items():
             name = f"eval/{policy}/{split}"
-            path = self.store.path("rollouts", f"{policy}_{split}.jsonl")
+            path = self.store.path(eval_file(policy, split))
 
             def run(task_ids=task_ids, path=path, split=split):
                 trajectories = rollouts.play(

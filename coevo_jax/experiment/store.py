@@ -22,6 +22,7 @@ from coevo_jax.experiment.atomic import atomic_path
 
 STAGES_FILE = "stages.json"
 CONFIG_FILE = "config.json"
+POLICIES_DIR = "policies"
 
 
 def write_json_atomic(path: str, data: Any) -> None:
@@ -71,7 +72,9 @@ class RunStore:
             return
         saved = read_json(path)
         if saved != config_json:
-            changed = sorted(set(_differences(saved, config_json, defaults or {})) - set(execution_fields))
+            changed = sorted(
+                set(config_differences(saved, config_json, defaults or {})) - set(execution_fields)
+            )
             if changed:
                 raise ValueError(
                     f"{path}: this workdir was started with a different config (changed: "
@@ -90,7 +93,7 @@ class RunStore:
     # --- policies ------------------------------------------------------------------------------------------
 
     def policy_dir(self, name: str) -> str:
-        return os.path.join(self.workdir, "policies", name)
+        return os.path.join(self.workdir, POLICIES_DIR, name)
 
     def has_policy(self, name: str) -> bool:
         return os.path.isdir(self.policy_dir(name))
@@ -130,14 +133,14 @@ class RunStore:
 _ABSENT = object()
 
 
-def _differences(saved: Any, current: Any, defaults: Any, prefix: str = "") -> list[str]:
+def config_differences(saved: Any, current: Any, defaults: Any, prefix: str = "") -> list[str]:
     """Dotted names of the fields that differ; a field absent from `saved` differs only when `current` moves
     it off its value in `defaults`."""
     if isinstance(saved, dict) and isinstance(current, dict):
         defaults = defaults if isinstance(defaults, dict) else {}
         out = []
         for key in sorted(set(saved) | set(current)):
-            out += _differences(
+            out += config_differences(
                 saved.get(key, _ABSENT),
                 current.get(key, _ABSENT),
                 defaults.get(key, _ABSENT),
