@@ -2,7 +2,7 @@
 
 The SQL config's CPU sizing (`sql_smollm2.smollm2_config`) with gold-path experts of the first 64 train tasks
 (ScienceWorld's expert episodes are 2.3x as long as SQL's: 1,408 tokens on average with SmolLM2's tokenizer),
-48 explored per iteration, 32 per test split (seen = ETO's dev split, unseen = its test split). Needs Java
+32 explored per iteration, 32 per test split (seen = ETO's dev split, unseen = its test split). Needs Java
 (launch/install_java.sh).
 
     python -m coevo_jax.main --config=configs/sciworld_smollm2.py --workdir=workdir_sciworld
