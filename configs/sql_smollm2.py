@@ -3,8 +3,9 @@
 Scaled down for 2 CPU cores (a SmolLM2 train step is ~22 s for 4 sequences there): 96 of the GPT-4 expert
 episodes for two SFT epochs at lr 1e-4 (on 16 held-out train tasks this SFT policy succeeds on 8 and submits
 within 2-7 steps; after one epoch at 2e-5 it never submitted: `bench/lora_vs_full_sft.py`, bench/README.md),
-one iteration exploring 32 train tasks, 6 DPO updates of 4 pairs per phase at lr 2e-5 (not tuned, and too
-high: after ETO's phase the policy stops submitting; bench/README.md), 32 tasks per test split. Full fine-tuning: on 2 cores it lowered the held-out experts' NLL 1.7x as much per CPU hour as
+one iteration exploring 32 train tasks, 6 DPO updates of 4 pairs per phase at lr 1e-6 (chosen on 16 held-out
+train tasks by `bench/dpo_lr_probe.py`: ETO's phase at 1e-6 kept 7 of the SFT policy's 8 successes, at 5e-6 3,
+and at 2e-5 the test episodes stopped submitting; bench/README.md), 32 tasks per test split. Full fine-tuning: on 2 cores it lowered the held-out experts' NLL 1.7x as much per CPU hour as
 LoRA r = 16. The paper runs 5 iterations on the whole split; on a GPU raise `iterations`, the task counts and
 the updates.
 
@@ -58,7 +59,7 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.dpo.epochs = 1
     config.dpo.updates_per_phase = 6
     config.dpo.pairs_per_batch = 4
-    config.dpo.learning_rates = (2e-5,)
+    config.dpo.learning_rates = (1e-6,)
     config.dpo.betas = (0.1,)
     config.dpo.max_pairs_per_task = 2
 
