@@ -64,6 +64,7 @@ def test_stage_outputs_name_the_policy_and_the_file_the_stages_write():
         (["dpo.betas", "rollout.temperature"], []),
         (["seed"], []),
         (["model.lora_rank"], []),
+        (["grpo.learning_rate"], SFT + RFT + ETO + COEVO),  # GRPO's own stages are never reused
     ],
 )
 def test_a_difference_keeps_exactly_the_stages_it_cannot_change(changed, kept):

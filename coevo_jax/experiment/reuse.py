@@ -13,7 +13,9 @@ Which stages a difference can change, judged by the policy a stage trains, explo
 * `FAMILY_FIELDS`: fields only some policy families read (a family is the name's prefix before `_it<k>`;
   `sft_target` and `sft_failure` are `sft`), e.g. `dpo.*` only the pair-trained families;
 * every other field (the model, the environment, SFT, sampling, the seed, ...) can change every stage, and
-  nothing is reused. So are families not listed (GRPO keeps step state outside the stage records).
+  nothing is reused.
+Families not listed, and `STATEFUL_FAMILIES` (GRPO keeps its step state outside the stage records), are
+never reused.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "coevo": ("dpo",),
     "coevo_positive": ("dpo",),
     "coevo_frozen": ("dpo",),
+    "grpo": ("grpo",),
 }
+STATEFUL_FAMILIES = frozenset({"grpo"})
 _FAMILY = re.compile(r"(?P<family>.+)_it\d+_(?:target|failure)")
 
 
@@ -78,7 +82,8 @@ def reusable_stages(stage_names: Iterable[str], changed: Iterable[str]) -> list[
         except ValueError:
             continue
         family = policy_family(policy)
-        if family in FAMILY_FIELDS and not any(_reads(family, field) for field in changed):
+        reusable = family in FAMILY_FIELDS and family not in STATEFUL_FAMILIES
+        if reusable and not any(_reads(family, field) for field in changed):
             kept.append(name)
     return kept
 
