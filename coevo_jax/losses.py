@@ -227,7 +227,9 @@ def grpo_loss(
     accumulation; "sequence_mean" then sums its row means over the micro-batch.
 
     `ref_logps_BxT` may be None only with `beta == 0` (no reference pass; the `kl` metric is then 0).
-    Metrics (no gradient) are masked means over action tokens: `ratio`, `kl`, `pg_loss`, `clip_fraction`
+    Metrics (no gradient) are masked means over action tokens: `ratio`, `abs_log_ratio` (|logps -
+    old_logps|: on a batch's first update, how far the trainer's log-probs are from the sampler's), `kl`,
+    `pg_loss`, `clip_fraction`
     (tokens whose clipped side was taken: ratio < 1 - clip_low with A < 0, or ratio > 1 + clip_high with
     A > 0; `clip_fraction_low` / `_high` apart), with `token_count` (this batch's action tokens).
     """
@@ -269,6 +271,7 @@ def grpo_loss(
     high = (ratio > 1.0 + clip_high) & (advantages > 0)
     metrics = {
         "ratio": masked_mean(ratio),
+        "abs_log_ratio": masked_mean(jnp.abs(log_ratio)),
         "kl": masked_mean(kl),
         "pg_loss": masked_mean(pg),
         "clip_fraction": masked_mean((low | high).astype(jnp.float32)),
@@ -287,28 +290,30 @@ def grpo_loss(
 KEEP_PROBS_MAX_BYTES = 512 << 20
 
 
-def _chunk_logits(hidden_BxCxD, unembed_DxV):
-    """Float32 logits [B, C, V] of one chunk (the forward, and the backward when it recomputes them)."""
-    return jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+def _chunk_logits(hidden_BxCxD, unembed_DxV, temperature=1.0):
+    """Float32 logits / temperature [B, C, V] of one chunk (the forward, and the backward when it
+    recomputes them)."""
+    logits = jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+    return logits if temperature == 1.0 else logits / temperature
 
 
-def _chunk_forward(hidden_BxCxD, unembed_DxV, targets_BxC):
+def _chunk_forward(hidden_BxCxD, unembed_DxV, targets_BxC, temperature=1.0):
     """(token log-probs [B, C], log-normaliser [B, C], logits [B, C, V]) of one chunk, float32."""
-    logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV)
+    logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV, temperature)
     log_normaliser_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
     target_BxC = jnp.take_along_axis(logits_BxCxV, targets_BxC[..., None], axis=-1)[..., 0]
     return target_BxC - log_normaliser_BxC, log_normaliser_BxC, logits_BxCxV
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs, temperature):
     """Token log-probs [K, B, C] of K chunks of C tokens per row (see `token_logprobs_from_hidden`)."""
-    return _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, False)[0]
+    return _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, False, temperature)[0]
 
 
-def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs):
+def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs, temperature):
     def body(_, chunk):
-        logps, log_normaliser, logits = _chunk_forward(chunk[0], unembed_DxV, chunk[1])
+        logps, log_normaliser, logits = _chunk_forward(chunk[0], unembed_DxV, chunk[1], temperature)
         probs = jnp.exp(logits - log_normaliser[..., None]) if keep_probs else None
         return None, (logps, log_normaliser, probs)
 
@@ -316,20 +321,21 @@ def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs):
     return logps, (hidden_KxBxCxD, unembed_DxV, targets_KxBxC, log_normaliser, probs)
 
 
-def _scan_logprobs_bwd(keep_probs, residuals, d_logps_KxBxC):
-    """d logp_t / d logits = onehot(target_t) - softmax(logits): no scatter, no stored logits unless kept."""
+def _scan_logprobs_bwd(keep_probs, temperature, residuals, d_logps_KxBxC):
+    """d logp_t / d logits = (onehot(target_t) - softmax(logits / T)) / T: no scatter, no stored logits
+    unless kept."""
     hidden_KxBxCxD, unembed_DxV, targets_KxBxC, log_normaliser_KxBxC, probs_KxBxCxV = residuals
     vocab = unembed_DxV.shape[1]
 
     def body(d_unembed_DxV, chunk):
         hidden_BxCxD, targets_BxC, log_normaliser_BxC, d_logps_BxC, probs_BxCxV = chunk
         if probs_BxCxV is None:
-            logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV)
+            logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV, temperature)
             probs_BxCxV = jnp.exp(logits_BxCxV - log_normaliser_BxC[..., None])
         onehot_BxCxV = targets_BxC[..., None] == jnp.arange(vocab, dtype=targets_BxC.dtype)
-        d_logits = d_logps_BxC.astype(jnp.float32)[..., None] * (
-            onehot_BxCxV.astype(jnp.float32) - probs_BxCxV
-        )
+        d_logps = d_logps_BxC.astype(jnp.float32)
+        d_logps = d_logps if temperature == 1.0 else d_logps / temperature
+        d_logits = d_logps[..., None] * (onehot_BxCxV.astype(jnp.float32) - probs_BxCxV)
         d_logits_BxCxV = d_logits.astype(unembed_DxV.dtype)
         d_hidden_BxCxD = jnp.einsum(
             "bcv,dv->bcd", d_logits_BxCxV, unembed_DxV, preferred_element_type=jnp.float32
@@ -358,8 +364,11 @@ def token_logprobs_from_hidden(
     targets_BxT: jax.Array,
     chunk_size: int = 1024,
     keep_probs: bool | None = None,
+    temperature: float = 1.0,
 ) -> jax.Array:
-    """Same numbers as `token_logprobs(hidden @ unembed, targets)` without materialising [B, T, V] logits.
+    """Same numbers as `token_logprobs(hidden @ unembed / temperature, targets)` without materialising
+    [B, T, V] logits. `temperature` (a Python float) gives the log-probs of the tempered distribution a
+    sampler draws from (GRPO's importance ratio needs the trainer's and the sampler's to agree).
 
     The sequence axis is cut into chunks of `chunk_size // B` positions (at least one), so a chunk holds
     at most `chunk_size` tokens, and the chunks are scanned; rows stay a batch axis of every chunk (and
@@ -379,7 +388,9 @@ def token_logprobs_from_hidden(
     targets = jnp.pad(targets_BxT.astype(jnp.int32), ((0, 0), (0, pad)))
     hidden_KxBxCxD = hidden.reshape(batch, num_chunks, chunk_len, hidden_size).swapaxes(0, 1)
     targets_KxBxC = targets.reshape(batch, num_chunks, chunk_len).swapaxes(0, 1)
-    logps_KxBxC = _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, bool(keep_probs))
+    logps_KxBxC = _scan_logprobs(
+        hidden_KxBxCxD, unembed_DxV, targets_KxBxC, bool(keep_probs), float(temperature)
+    )
     return logps_KxBxC.swapaxes(0, 1).reshape(batch, padded)[:, :length]
 
 

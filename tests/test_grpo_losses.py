@@ -58,7 +58,12 @@ def ref_grpo_loss(logps, old, ref, adv, mask, *, clip_low=0.2, clip_high=0.28, b
     else:
         loss = (loss_t * mask).sum() / mask.size
     keep = mask > 0
-    metrics = {"ratio": ratio[keep].mean(), "kl": kl[keep].mean(), "clip_fraction": clipped[keep].mean()}
+    metrics = {
+        "ratio": ratio[keep].mean(),
+        "abs_log_ratio": np.abs(np.log(ratio[keep])).mean(),
+        "kl": kl[keep].mean(),
+        "clip_fraction": clipped[keep].mean(),
+    }
     return loss, metrics
 
 
@@ -222,3 +227,31 @@ def test_unknown_options_are_errors():
     with pytest.raises(ValueError, match="aggregation"):
         z = np.zeros((1, 2))
         losses.grpo_loss(z, z, z, np.zeros(1), z, aggregation="mean")
+
+
+@pytest.mark.parametrize("keep_probs", [True, False])
+def test_tempered_logprobs_from_hidden_and_their_gradients_match_float64_reference(keep_probs):
+    """log softmax(h @ w / T)[target], the trainer's side of GRPO's ratio, and its hand-written backward."""
+    rng, seed = fresh_rng()
+    batch, length, hidden, vocab, chunk, temperature = 2, 7, 6, 17, 4, 0.7
+    h = rng.standard_normal((batch, length, hidden))
+    w = rng.standard_normal((hidden, vocab))
+    targets = rng.integers(0, vocab, (batch, length))
+    weights = rng.standard_normal((batch, length))
+
+    def total(hh, ww):
+        logps = losses.token_logprobs_from_hidden(
+            hh, ww, targets, chunk, keep_probs=keep_probs, temperature=temperature
+        )
+        return jnp.sum(logps * weights), logps
+
+    (_, got), (got_h, got_w) = jax.value_and_grad(total, argnums=(0, 1), has_aux=True)(
+        h.astype(np.float32), w.astype(np.float32)
+    )
+    logits = h @ w / temperature
+    log_probs = logits - logits.max(-1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+    assert_close(got, np.take_along_axis(log_probs, targets[..., None], -1)[..., 0], seed, atol=1e-5)
+    d_logits = weights[..., None] * (np.eye(vocab)[targets] - np.exp(log_probs)) / temperature
+    assert_close(got_h, d_logits @ w.T, seed, atol=1e-5)
+    assert_close(got_w, np.einsum("btd,btv->dv", h, d_logits), seed, atol=1e-5)
