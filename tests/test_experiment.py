@@ -53,6 +53,7 @@ def _load_config_module(path: pathlib.Path):
         ("builtin_study", None),
         ("sql_smollm2", None),
         ("sciworld_smollm2", None),
+        ("bfcl_smollm2", None),
         ("paper_llama2_7b", "webshop"),
         ("paper_llama2_7b", "sciworld"),
         ("paper_llama2_7b", "sql"),
@@ -85,7 +86,7 @@ def test_config_errors_name_the_group_and_field():
         (
             {"name": "nosuchenv"},
             ValueError,
-            r"unknown environment 'nosuchenv'; registered: builtin, intercode_sql",
+            r"unknown environment 'nosuchenv'; registered: bfcl, builtin, intercode_sql",
         ),
         (
             {"kwargs": {"num_trian": 8}},

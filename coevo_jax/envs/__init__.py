@@ -1,7 +1,7 @@
 """Text environments behind one interface (`base.Environment`), created by name with `make`.
 
 The registry maps names to `module:factory` strings, imported on first use, so environments with heavy
-optional dependencies (ScienceWorld's JVM, WebShop) cost nothing until they are asked for.
+optional dependencies (ScienceWorld's JVM, WebShop, BFCL's `bfcl-eval`) cost nothing until they are asked for.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from coevo_jax.envs.base import Environment, ExpertStep, prompt_messages, record_expert_trajectory
 
 _REGISTRY: dict[str, str | Callable[..., Environment]] = {
+    "bfcl": "coevo_jax.envs.bfcl:BfclEnv",
     "builtin": "coevo_jax.envs.builtin:BuiltinEnv",
     "intercode_sql": "coevo_jax.envs.intercode_sql:InterCodeSqlEnv",
     "sciworld": "coevo_jax.envs.sciworld:SciWorldEnv",

@@ -62,6 +62,12 @@ class Environment(abc.ABC):
         expert source of its own raises ValueError saying so (a run then reads `env.experts_path`).
         """
 
+    def episode_metrics(self) -> dict[str, float]:
+        """Measures of the episode just played besides its reward (BFCL's turn accuracy), asked once it has
+        ended, for whatever reason; the rollout loop keeps them in the trajectory's `extra["metrics"]`.
+        The default has none."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 (an optional hook: most environments hold nothing)
         """Releases external resources (processes, connections); the default has none."""
 

@@ -35,7 +35,8 @@ def usable(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
 
 
 def summarize(trajectories: Sequence[Trajectory], success_threshold: float = 1.0) -> dict:
-    """Episodes, average reward, success rate and the failures' count and average reward."""
+    """Episodes, average reward, success rate, the failures' count and average reward, and the mean of each
+    of the environment's episode metrics (`metrics`, present when the episodes have any)."""
     rewards = [t.reward for t in trajectories]
     failures = [r for r in rewards if r < success_threshold]
     reasons: dict[str, int] = {}
@@ -43,6 +44,10 @@ def summarize(trajectories: Sequence[Trajectory], success_threshold: float = 1.0
         reason = str(t.extra.get("terminate_reason", "")).split(":")[0]
         reasons[reason] = reasons.get(reason, 0) + 1
     n = max(len(rewards), 1)
+    measured: dict[str, list[float]] = {}
+    for t in trajectories:
+        for key, value in t.extra.get("metrics", {}).items():
+            measured.setdefault(key, []).append(float(value))
     return {
         "episodes": len(rewards),
         "avg_reward": sum(rewards) / n,
@@ -51,6 +56,7 @@ def summarize(trajectories: Sequence[Trajectory], success_threshold: float = 1.0
         "failure_avg_reward": sum(failures) / len(failures) if failures else None,
         "unusable": sum(not is_usable(t) for t in trajectories),
         "terminations": reasons,
+        **({"metrics": {k: sum(v) / len(v) for k, v in measured.items()}} if measured else {}),
     }
 
 

@@ -172,6 +172,15 @@ def decoder_from_hf_tensors(cfg: ModelConfig, source: TensorSource, place: Place
     variables = dict(nnx.to_flat_state(abstract_state))
     if set(variables) != {m.path for m in mappings}:  # guards the mapping table itself
         raise AssertionError(f"mapping/parameter mismatch: {set(variables) ^ {m.path for m in mappings}}")
+    read_tensors_into(variables, mappings, source, place, cfg.param_dtype)
+    return nnx.merge(graphdef, abstract_state)
+
+
+def read_tensors_into(
+    variables: dict, mappings: list[TensorMapping], source: TensorSource, place: PlaceFn, param_dtype
+) -> None:
+    """Reads each mapping's tensor from `source`, one at a time, checks its shape, converts it to our layout
+    and `param_dtype`, and sets the abstract variable at `mapping.path` to its placed device array."""
     for mapping in mappings:
         tensor = source.read(mapping.hf_name)
         if tuple(tensor.shape) != mapping.hf_shape:
@@ -180,10 +189,9 @@ def decoder_from_hf_tensors(cfg: ModelConfig, source: TensorSource, place: Place
                 f"{tuple(tensor.shape)}, expected {mapping.hf_shape} for this config"
             )
         variable = variables[mapping.path]
-        value = np.ascontiguousarray(mapping.to_nnx(tensor).astype(cfg.param_dtype))
+        value = np.ascontiguousarray(mapping.to_nnx(np.asarray(tensor)).astype(param_dtype))
         del tensor
         variable.set_value(place(mapping.hf_name, value, tuple(variable.get_metadata()["out_sharding"])))
-    return nnx.merge(graphdef, abstract_state)
 
 
 def hf_tensors_from_decoder(model: Decoder) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
@@ -194,8 +202,10 @@ def hf_tensors_from_decoder(model: Decoder) -> Iterator[tuple[str, Callable[[], 
     variables = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
     for mapping in tensor_mappings(model.config):
         variable = variables[mapping.path]
-        yield mapping.hf_name, _fetch(variable, mapping.to_hf)
+        yield mapping.hf_name, host_fetcher(variable, mapping.to_hf)
 
 
-def _fetch(variable: nnx.Variable, to_hf: Callable[[np.ndarray], np.ndarray]) -> Callable[[], np.ndarray]:
+def host_fetcher(
+    variable: nnx.Variable, to_hf: Callable[[np.ndarray], np.ndarray]
+) -> Callable[[], np.ndarray]:
     return lambda: np.ascontiguousarray(to_hf(np.asarray(jax.device_get(variable.get_value()))))

@@ -18,13 +18,19 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import jax
-import numpy as np
 from flax import nnx
 
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import Decoder
-from coevo_jax.models.hf_params import CheckpointError, PlaceFn, TensorMapping, TensorSource, default_place
+from coevo_jax.models.hf_params import (
+    CheckpointError,
+    PlaceFn,
+    TensorMapping,
+    TensorSource,
+    default_place,
+    host_fetcher,
+    read_tensors_into,
+)
 from coevo_jax.models.lora import SITES, adapter_name
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -167,16 +173,7 @@ def with_adapter(
     variables = dict(nnx.to_flat_state(state))
     for path, variable in nnx.to_flat_state(nnx.state(base, nnx.Param)):
         variables[path].set_value(variable.get_value())
-    for mapping in mappings:
-        tensor = source.read(mapping.hf_name)
-        if tuple(tensor.shape) != mapping.hf_shape:
-            raise CheckpointError(
-                f"{source.location(mapping.hf_name)}: tensor {mapping.hf_name!r} has shape "
-                f"{tuple(tensor.shape)}, expected {mapping.hf_shape}"
-            )
-        variable = variables[mapping.path]
-        value = np.ascontiguousarray(mapping.to_nnx(np.asarray(tensor)).astype(cfg.param_dtype))
-        variable.set_value(place(mapping.hf_name, value, tuple(variable.get_metadata()["out_sharding"])))
+    read_tensors_into(variables, mappings, source, place, cfg.param_dtype)
     return nnx.merge(graphdef, state)
 
 
@@ -185,11 +182,7 @@ def adapter_tensors(model: Decoder):
     variables = dict(nnx.to_flat_state(nnx.state(model, nnx.LoRAParam)))
     for mapping in adapter_mappings(model.config):
         variable = variables[mapping.path]
-        yield mapping.hf_name, mapping.hf_shape, _fetch(variable, mapping.to_hf)
-
-
-def _fetch(variable, to_hf):
-    return lambda: np.ascontiguousarray(to_hf(np.asarray(jax.device_get(variable.get_value()))))
+        yield mapping.hf_name, mapping.hf_shape, host_fetcher(variable, mapping.to_hf)
 
 
 def adapter_files(path: str) -> tuple[str, str]:

@@ -9,8 +9,9 @@ A slot whose episode ends takes the next (task, sample) from the queue at once, 
 ETO's ReAct semantics (`coevo_jax.react`): a reply without `Action: ` gets the "Invalid format"
 observation and still spends a step; an episode ends when the environment says done (reward 1.0 for the
 built-in tasks), when it has used the task's step budget, or when the policy's context is full. The
-trajectory's reward is the environment's last score. An actor that records its tokens (`ModelActor.trace`)
-has them stored with the trajectory (`Trajectory.tokens`). Finished episodes are streamed to a JSONL file;
+trajectory's reward is the environment's last score, and its `extra["metrics"]` the environment's
+`episode_metrics()` (when it has any). An actor that records its tokens (`ModelActor.trace`) has them
+stored with the trajectory (`Trajectory.tokens`). Finished episodes are streamed to a JSONL file;
 episodes already in that file are skipped, so a rerun after a crash continues where it stopped.
 """
 
@@ -162,6 +163,7 @@ class _Slots:
 
     def _trajectory(self, slot: int, episode: _Episode) -> Trajectory:
         env = self.envs[slot]
+        metrics = {} if episode.reason.startswith("env_error") else env.episode_metrics()
         return Trajectory(
             traj_id=trajectory_id(env.name, episode.task_id, self.cfg, episode.sample),
             task_id=episode.task_id,
@@ -176,6 +178,7 @@ class _Slots:
                 "steps": episode.steps,
                 "terminate_reason": episode.reason,
                 "invalid_format": episode.invalid_format,
+                **({"metrics": metrics} if metrics else {}),
             },
             tokens=self.trace(slot) if episode.reason != "context_limit" else None,
         )
