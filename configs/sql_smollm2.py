@@ -3,8 +3,8 @@
 Scaled down for 2 CPU cores (a SmolLM2 train step is ~22 s for 4 sequences there): 96 of the GPT-4 expert
 episodes for two SFT epochs at lr 1e-4 (on 16 held-out train tasks this SFT policy succeeds on 8 and submits
 within 2-7 steps; after one epoch at 2e-5 it never submitted: `bench/lora_vs_full_sft.py`, bench/README.md),
-one iteration exploring 32 train tasks, 6 DPO updates of 4 pairs per phase at lr 2e-5 (not tuned), 32 tasks
-per test split. Full fine-tuning: on 2 cores it lowered the held-out experts' NLL 1.7x as much per CPU hour as
+one iteration exploring 32 train tasks, 6 DPO updates of 4 pairs per phase at lr 2e-5 (not tuned, and too
+high: after ETO's phase the policy stops submitting; bench/README.md), 32 tasks per test split. Full fine-tuning: on 2 cores it lowered the held-out experts' NLL 1.7x as much per CPU hour as
 LoRA r = 16. The paper runs 5 iterations on the whole split; on a GPU raise `iterations`, the task counts and
 the updates.
 
@@ -24,6 +24,9 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.min_bucket = 512
     # Steps of 256 tokens: SQL experts are 617 tokens on average, so power-of-two buckets would pad ~40 %.
     config.length_buckets = (512, 768, 1024, 1280, 1536, 2048)
+    # Two micro-batches a step: a DPO step of 4 pairs (8 sequences of up to 2,048 tokens) in one pass took the
+    # SQL job past 21.9 GB resident, and the kernel killed it (bench/README.md).
+    config.num_microbatches = 2
     config.checkpoint_every_steps = 50
     config.log_every_steps = 5
     config.show_progress = True

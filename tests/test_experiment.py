@@ -13,7 +13,13 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax.experiment import phases, rollouts
-from coevo_jax.experiment.config import METHOD_TITLES, METHODS, PAPER_METHODS, ExperimentConfig
+from coevo_jax.experiment.config import (
+    EXECUTION_FIELDS,
+    METHOD_TITLES,
+    METHODS,
+    PAPER_METHODS,
+    ExperimentConfig,
+)
 from coevo_jax.experiment.experts import generate_experts
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.results import load_results
@@ -356,4 +362,25 @@ def test_a_workdir_resumes_under_code_with_new_config_fields_left_at_their_defau
         store.check_config(moved, defaults=defaults)
     with pytest.raises(ValueError, match=r"changed: seed\)"):
         store.check_config(ExperimentConfig(seed=4).to_json(), defaults=defaults)
+    store.close()
+
+
+def test_a_resumed_run_may_change_how_it_executes_but_not_what_it_computes(tmp_path):
+    """Micro-batches, checkpoint and log cadence may change on resume (and are recorded); results fields not."""
+    store = RunStore(str(tmp_path))
+    store.check_config(ExperimentConfig(seed=3).to_json(), execution_fields=EXECUTION_FIELDS)
+    faster = ExperimentConfig(seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False)
+    with pytest.raises(
+        ValueError, match=r"changed: checkpoint_every_steps, num_microbatches, show_progress\)"
+    ):
+        store.check_config(faster.to_json())  # without the allowance: refused
+    store.check_config(faster.to_json(), execution_fields=EXECUTION_FIELDS)
+    assert json.loads((tmp_path / "config.json").read_text()) == faster.to_json()
+    with pytest.raises(ValueError, match=r"changed: iterations\)"):
+        store.check_config(
+            ExperimentConfig(
+                seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False, iterations=1
+            ).to_json(),
+            execution_fields=EXECUTION_FIELDS,
+        )
     store.close()

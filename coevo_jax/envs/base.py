@@ -82,6 +82,13 @@ def check_task_id(env_name: str, task_id: object) -> str:
     return task_id
 
 
+def check_split(env_name: str, split: str, splits) -> str:
+    """`split` if it is one of `splits`; otherwise a ValueError naming the environment and its splits."""
+    if split not in splits:
+        raise ValueError(f"{env_name}: unknown split {split!r}; splits: {', '.join(splits)}")
+    return split
+
+
 @dataclass(frozen=True)
 class ExpertStep:
     """One step of an expert solution: a short thought and the action."""

@@ -160,6 +160,11 @@ class RolloutSpec:
     merge_lora: bool = True  # LoRA: sample with the adapters merged into the base (else applied per token)
 
 
+# Top-level fields that change how a run executes, not what it computes (micro-batches accumulate to the same
+# gradient up to float rounding): a resumed run may change them, e.g. to fit a step into memory.
+EXECUTION_FIELDS = ("num_microbatches", "checkpoint_every_steps", "log_every_steps", "show_progress")
+
+
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     """One run: which methods, for how many iterations, on which environment and policy."""

@@ -16,7 +16,7 @@ import jax
 
 from coevo_jax import envs
 from coevo_jax.experiment import report
-from coevo_jax.experiment.config import METHOD_TITLES, ExperimentConfig
+from coevo_jax.experiment.config import EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
 from coevo_jax.experiment.methods import METHOD_RUNNERS
 from coevo_jax.experiment.policy import build_setup
@@ -68,7 +68,9 @@ def run(cfg: ExperimentConfig, workdir: str) -> dict:
         for split in (cfg.env.train_split, *cfg.env.eval_splits):
             env.tasks(split)  # ValueError naming an unknown split, before the workdir is touched
         store = RunStore(workdir)
-        store.check_config(cfg.to_json(), defaults=ExperimentConfig().to_json())
+        store.check_config(
+            cfg.to_json(), defaults=ExperimentConfig().to_json(), execution_fields=EXECUTION_FIELDS
+        )
         experts = load_or_generate_experts(env, cfg.env, store.workdir)
         train_tasks = env.tasks(cfg.env.train_split)[: cfg.env.explore_tasks]
         eval_tasks = {split: env.tasks(split)[: cfg.env.eval_tasks] for split in cfg.env.eval_splits}

@@ -58,23 +58,26 @@ class RunStore:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return path
 
-    def check_config(self, config_json: dict, defaults: dict | None = None) -> None:
+    def check_config(
+        self, config_json: dict, defaults: dict | None = None, execution_fields: tuple[str, ...] = ()
+    ) -> None:
         """Records the config on the first run; a resumed run must use the same one. A field the saved
         config lacks (added to the code since the workdir began) is the same when the run leaves it at its
-        value in `defaults` (the code's default config), which is what the older code did."""
+        value in `defaults` (the code's default config), which is what the older code did. The top-level
+        `execution_fields` (how the run executes, not what it computes) may change; the record follows."""
         path = os.path.join(self.workdir, CONFIG_FILE)
         if not os.path.exists(path):
             write_json_atomic(path, config_json)
             return
         saved = read_json(path)
         if saved != config_json:
-            changed = sorted(_differences(saved, config_json, defaults or {}))
+            changed = sorted(set(_differences(saved, config_json, defaults or {})) - set(execution_fields))
             if changed:
                 raise ValueError(
                     f"{path}: this workdir was started with a different config (changed: "
                     f"{', '.join(changed)}); use a new --workdir or the original config"
                 )
-            write_json_atomic(path, config_json)  # the new fields, at their defaults
+            write_json_atomic(path, config_json)  # new fields at their defaults, execution fields as now
 
     def stage(self, name: str, run: Callable[[], Any]) -> Any:
         """The record of stage `name`: stored if it is done, else `run()`'s (then stored)."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 
 from coevo_jax.data.records import Trajectory
-from coevo_jax.envs.base import Environment, StepResult, check_task_id, record_expert_trajectory
+from coevo_jax.envs.base import Environment, StepResult, check_split, check_task_id, record_expert_trajectory
 from coevo_jax.envs.bfcl import backend
 from coevo_jax.envs.bfcl.calls import decode_action
 from coevo_jax.envs.bfcl.data import CATEGORIES, SPLITS, BfclTask, bfcl_module, load_category, split_of
@@ -97,8 +97,7 @@ class BfclEnv(Environment):
         return SPLITS
 
     def tasks(self, split: str) -> list[str]:
-        if split not in SPLITS:
-            raise ValueError(f"bfcl: unknown split {split!r}; splits: {', '.join(SPLITS)}")
+        check_split("bfcl", split, SPLITS)
         if split == "all":
             return list(self._tasks)
         return [task_id for task_id in self._tasks if split_of(task_id) == split]

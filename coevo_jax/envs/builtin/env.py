@@ -17,7 +17,14 @@ random state, clock or set order.
 from __future__ import annotations
 
 from coevo_jax.data.records import Trajectory
-from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id, record_expert_trajectory
+from coevo_jax.envs.base import (
+    Environment,
+    ExpertStep,
+    StepResult,
+    check_split,
+    check_task_id,
+    record_expert_trajectory,
+)
 from coevo_jax.envs.builtin.experts import expert_steps
 from coevo_jax.envs.builtin.tasks import Task, build_splits, holds
 from coevo_jax.envs.builtin.world import World
@@ -79,8 +86,7 @@ class BuiltinEnv(Environment):
         return SPLITS
 
     def tasks(self, split: str) -> list[str]:
-        if split not in self._splits:
-            raise ValueError(f"builtin: unknown split {split!r}; splits: {', '.join(SPLITS)}")
+        check_split("builtin", split, SPLITS)
         return [task.task_id for task in self._splits[split]]
 
     def task(self, task_id: str) -> Task:

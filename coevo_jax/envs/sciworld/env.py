@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coevo_jax.data.records import Message, Trajectory
-from coevo_jax.envs.base import Environment, ExpertStep, StepResult, check_task_id, record_expert_trajectory
+from coevo_jax.envs.base import (
+    Environment,
+    ExpertStep,
+    StepResult,
+    check_split,
+    check_task_id,
+    record_expert_trajectory,
+)
 from coevo_jax.envs.sciworld.data import DATA_DIR, SPLIT_FILES, load_data, split_task_id
 from coevo_jax.envs.sciworld.gold import ExpertResult, gold_expert_steps
 from coevo_jax.envs.sciworld.jvm import JVMOptions
@@ -93,8 +100,7 @@ class SciWorldEnv(Environment):
         return SPLITS
 
     def tasks(self, split: str) -> list[str]:
-        if split not in self._data.splits:
-            raise ValueError(f"sciworld: unknown split {split!r}; splits: {', '.join(SPLITS)}")
+        check_split("sciworld", split, SPLITS)
         return list(self._data.splits[split])
 
     def max_steps(self, task_id: str) -> int:
