@@ -117,9 +117,8 @@ class GRPOConfig:
     samples_per_task: int = 8  # K
     tasks_per_step: int = 32
     steps_per_iteration: int = 10
-    batch_size: int = (
-        256  # episodes per optimizer update (32 tasks x 8 samples: one update per length bucket)
-    )
+    # Episodes per optimizer update (32 tasks x 8 samples: one update per length bucket).
+    batch_size: int = 256
     updates_per_batch: int = 1  # mu
     clip_low: float = 0.2
     clip_high: float = 0.28
