@@ -124,6 +124,9 @@ def test_sql_run_with_a_reversed_scan_changes_only_an_unordered_result(sql_env):
     assert sorted(forward) == sorted(backward) and forward != backward
     assert sql_env.run("concert_singer", SINGERS) == sql_env.run("concert_singer", SINGERS, reverse_scan=True)
     assert sql_env.run("nowhere", SINGERS).startswith("Error executing query")
+    assert ("singer",) in sql_env.run("concert_singer", "SHOW TABLES")  # answered as in an episode
+    assert sql_env.run("concert_singer", "DESCRIBE singer")[0][:2] == ("Singer_ID", b"int")
+    assert sql_env.run("concert_singer", "USE pets_1") is None and sql_env.run("pets_1", "SHOW TABLES")
 
 
 # -- BFCL ---------------------------------------------------------------------------------------------------

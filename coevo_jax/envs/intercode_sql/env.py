@@ -321,9 +321,31 @@ class InterCodeSqlEnv(Environment):
 
     def execute(self, statement: str) -> list | str | None:
         """One statement in the current database: rows, None (no result set) or the error text."""
+        used = _USE.match(statement)
+        if used:
+            db = used.group(1).lower()
+            if db not in self._schema:
+                return f"Error executing query: Unknown database '{db}'"
+            self._db = db
+            return None
+        return self._answer(self._db, statement)
+
+    def run(self, db: str, sql: str, *, reverse_scan: bool = False) -> list | str | None:
+        """`sql` on database `db` outside any episode, answered as in an episode (MySQL's SHOW and DESCRIBE
+        included; USE changes nothing): rows, None or the error text. `reverse_scan` runs it with SQLite's
+        `reverse_unordered_selects` (tables and indexes scanned backwards where no ORDER BY fixes the order),
+        so a result whose row order is the scan's comes back in another order."""
+        if db.lower() not in self._schema:
+            return f"Error executing query: Unknown database '{db}'"
+        statement = normalize_action(sql)
+        if _USE.match(statement):
+            return None
+        return self._answer(db.lower(), statement, reverse_scan=reverse_scan)
+
+    def _answer(self, db: str, statement: str, *, reverse_scan: bool = False) -> list | str | None:
         shown = _SHOW_TABLES.match(statement)
         if shown:
-            names = sorted(self._schema[self._db])
+            names = sorted(self._schema[db])
             if shown.group(1) is not None:
                 names = [n for n in names if like_match(shown.group(1), n)]
             return [(name,) for name in names]
@@ -332,25 +354,10 @@ class InterCodeSqlEnv(Environment):
         described = _DESCRIBE.match(statement)
         if described:
             table = described.group(1).lower()
-            if table not in self._schema[self._db]:
-                return f"Error executing query: {_missing_table(self._db, table)}"
-            return [column.describe_row() for column in self._schema[self._db][table]]
-        used = _USE.match(statement)
-        if used:
-            db = used.group(1).lower()
-            if db not in self._schema:
-                return f"Error executing query: Unknown database '{db}'"
-            self._db = db
-            return None
-        return self._run(self._db, statement, errors_as_text=True)
-
-    def run(self, db: str, sql: str, *, reverse_scan: bool = False) -> list | str | None:
-        """`sql` on database `db` outside any episode: rows, None or the error text. `reverse_scan` runs it
-        with SQLite's `reverse_unordered_selects` (tables and indexes scanned backwards where no ORDER BY
-        fixes the order), so a result whose row order is the scan's comes back in another order."""
-        if db.lower() not in self._schema:
-            return f"Error executing query: Unknown database '{db}'"
-        return self._run(db.lower(), normalize_action(sql), errors_as_text=True, reverse_scan=reverse_scan)
+            if table not in self._schema[db]:
+                return f"Error executing query: {_missing_table(db, table)}"
+            return [column.describe_row() for column in self._schema[db][table]]
+        return self._run(db, statement, errors_as_text=True, reverse_scan=reverse_scan)
 
     def _run(
         self, db: str, sql: str, *, errors_as_text: bool, reverse_scan: bool = False
