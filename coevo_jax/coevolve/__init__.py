@@ -7,6 +7,7 @@ and verification by execution, and the task pool they feed.
 * `pool`: the synthesized tasks with their provenance, persisted in the workdir.
 * `rounds`: `round`, one round of signals -> exploration -> abstraction -> verification -> pool.
 * `config`: `CoEvolveConfig`, its defaults and ablations.
+* `llm`, `prompts`, `generation`: the LLM path (reflection, exploration, abstraction by a local model).
 """
 
 from coevo_jax.coevolve.config import ABLATIONS, CoEvolveConfig

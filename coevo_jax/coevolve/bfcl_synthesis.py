@@ -31,7 +31,7 @@ from coevo_jax.coevolve.patterns import bfcl_calls, parsed_actions
 from coevo_jax.coevolve.synthesis import Exploration, Step, Synthesizer, spec_digest
 from coevo_jax.envs.base import TaskSpec
 from coevo_jax.envs.bfcl import BfclEnv
-from coevo_jax.envs.bfcl.calls import call_kwargs, call_source, parse_call_list
+from coevo_jax.envs.bfcl.calls import call_kwargs, call_source, decode_action, parse_call_list
 from coevo_jax.envs.bfcl.data import class_docs, load_category, split_of
 from coevo_jax.envs.bfcl.experts import keyword_call
 
@@ -188,17 +188,36 @@ class BfclSynthesizer(Synthesizer):
             if not shown & patterns:
                 return "no rare pattern among the successful calls"
         turns = [calls[i : i + CALLS_PER_TURN] for i in range(0, len(calls), CALLS_PER_TURN)]
-        parent = env.task(exploration.parent)
+        return self._spec(env, exploration.parent, turns, [_turn_message(turn) for turn in turns])
+
+    def _spec(self, env: BfclEnv, parent: str, turns: list[list[str]], questions: list[str]) -> TaskSpec:
+        task = env.task(parent)
         state = {
-            "involved_classes": list(parent.involved_classes),
-            "initial_config": parent.initial_config,
-            "questions": [_turn_message(turn) for turn in turns],
+            "involved_classes": list(task.involved_classes),
+            "initial_config": task.initial_config,
+            "questions": questions,
             "ground_truth": turns,
         }
         solution = tuple(action for turn in turns for action in (f"[{', '.join(turn)}]", "[]"))
         digest = spec_digest(self.env_name, state, solution)
         task_id = f"{env.category}_coevolve{digest[:16]}"
-        return TaskSpec(task_id, "\n".join(state["questions"]), state, solution, self.env_name)
+        return TaskSpec(task_id, "\n".join(questions), state, solution, self.env_name)
+
+    def step_ok(self, observation, info):
+        return all(call_works(line, line.split(" -> ")[0]) for line in observation.split("\n"))
+
+    def task_from_actions(self, env, parent, actions, instruction, *, min_steps):
+        """One turn asking `instruction` whose ground truth is every call of the actions, in order."""
+        allowed = {doc["name"] for doc in env.task(parent).functions}
+        calls = []
+        for action in actions:
+            decoded = decode_action(action, allowed)
+            if decoded.error is not None:
+                return "an action is not a call list of the task's functions"
+            calls += decoded.calls
+        if len(calls) < min_steps:
+            return "fewer calls than min_steps"
+        return self._spec(env, parent, [calls], [instruction.strip() or _turn_message(calls)])
 
     def verify(self, env, spec):
         try:

@@ -123,10 +123,31 @@ class BuiltinSynthesizer(Synthesizer):
             return "solution too short"
         if patterns and not {builtin_pattern(a) for a in solution} & patterns:
             return "solution drops the rare pattern"
+        return self._spec(start, goal, solution, _instruction(start, goal))
+
+    def _spec(self, start: World, goal, solution: list[str], instruction: str) -> TaskSpec:
         subgoals = _subgoals(start, solution, goal)
         state = {"world": start.to_json(), "subgoals": [[list(c) for c in sub] for sub in subgoals]}
         digest = spec_digest(self.env_name, state, solution)
-        return TaskSpec(ID_PREFIX + digest[:16], _instruction(start, goal), state, tuple(solution), "builtin")
+        return TaskSpec(ID_PREFIX + digest[:16], instruction, state, tuple(solution), self.env_name)
+
+    def step_ok(self, observation, info):
+        return bool(info.get("valid", False))
+
+    def task_from_actions(self, env, parent, actions, instruction, *, min_steps):
+        """The end state the actions reach from the parent's start (at most two conditions), the actions
+        pruned to a minimal solution; the instruction is the given one, or the templates' when empty."""
+        start = env.task(parent).start
+        end = _play(start, actions)
+        if end is None:
+            return "action sequence does not replay"
+        goal = _changed_conditions(start, end)[:MAX_GOALS]
+        if not goal:
+            return "no state change"
+        solution = _prune(start, list(actions), goal)
+        if len(solution) < min_steps:
+            return "solution too short"
+        return self._spec(start, goal, solution, instruction.strip() or _instruction(start, goal))
 
 
 def _play(start: World, actions: Sequence[str]) -> World | None:

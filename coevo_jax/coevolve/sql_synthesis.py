@@ -29,7 +29,7 @@ from coevo_jax.coevolve.patterns import parsed_actions, sql_statement_patterns
 from coevo_jax.coevolve.synthesis import Exploration, Step, Synthesizer, replay_failure, spec_digest
 from coevo_jax.envs.base import TaskSpec
 from coevo_jax.envs.intercode_sql import InterCodeSqlEnv
-from coevo_jax.envs.intercode_sql.env import UNSEEN_DATABASES, render_output
+from coevo_jax.envs.intercode_sql.env import UNSEEN_DATABASES, normalize_action, render_output
 from coevo_jax.envs.intercode_sql.sandbox import TruncatedRows
 
 ID_PREFIX = "coevolve_"
@@ -444,9 +444,28 @@ class SqlSynthesizer(Synthesizer):
         solution = [f"DESCRIBE {t}" for t in tables_of(best["sql"])] + [best["sql"], "submit"]
         if len(solution) < min_steps:
             return "solution too short"
-        state = {"db": exploration.context["db"], "gold": best["sql"]}
+        return self._spec(exploration.context["db"], best["sql"], solution, best["question"])
+
+    def _spec(self, db: str, gold: str, solution: list[str], question: str) -> TaskSpec:
+        state = {"db": db, "gold": gold}
         digest = spec_digest(self.env_name, state, solution)
-        return TaskSpec(ID_PREFIX + digest[:16], best["question"], state, tuple(solution), self.env_name)
+        return TaskSpec(ID_PREFIX + digest[:16], question, state, tuple(solution), self.env_name)
+
+    def step_ok(self, observation, info):
+        return not observation.startswith("Error executing query")
+
+    def task_from_actions(self, env, parent, actions, instruction, *, min_steps):
+        """The statements up to the last query as the solution (then `submit`), that query as the gold."""
+        statements = [s for s in map(normalize_action, actions) if s and s.lower() != "submit"]
+        queries = [i for i, s in enumerate(statements) if re.match(r"(?:SELECT|WITH)\b", s, re.I)]
+        if not queries:
+            return "no query in the action sequence"
+        solution = statements[: queries[-1] + 1] + ["submit"]
+        if len(solution) < min_steps:
+            return "solution too short"
+        if not instruction.strip():
+            return "no question"
+        return self._spec(env.record(parent)["db"].lower(), solution[-2], solution, instruction.strip())
 
     def verify(self, env, spec):
         db, gold = spec.state["db"], spec.state["gold"]

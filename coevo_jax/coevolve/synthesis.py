@@ -6,7 +6,9 @@ A synthesizer re-explores its environment from a signal (`explore`: a seeded, bi
 executable reference solution, or the reason there is none), and verifies a task by execution in an
 environment that did not explore it (`verify`: the reason it fails, or None). Without a signal
 (`guided=False`, the unguided-exploration ablation) the walk starts from a random train task and favours
-nothing. The synthesizer of an environment is found by its name (`synthesizer_for`).
+nothing. The synthesizer of an environment is found by its name (`synthesizer_for`). The LLM path
+(`llm`) explores and abstracts with a model instead, and asks the environment's synthesizer to judge its steps
+(`step_ok`), to make its action sequence a task (`task_from_actions`) and to verify it (`verify`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import hashlib
 import importlib
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from coevo_jax.coevolve.signals import Signal
 from coevo_jax.envs.base import Environment, TaskSpec
@@ -65,6 +67,18 @@ class Synthesizer(abc.ABC):
     @abc.abstractmethod
     def abstract(self, env: Environment, exploration: Exploration, *, min_steps: int) -> TaskSpec | str:
         """A new task from the exploration's successful steps, or why there is none (a short reason)."""
+
+    @abc.abstractmethod
+    def task_from_actions(
+        self, env: Environment, parent: str, actions: Sequence[str], instruction: str, *, min_steps: int
+    ) -> TaskSpec | str:
+        """A task whose reference solution is `actions` (parsed), played from the start of task `parent`, in
+        the words of `instruction` ("" for the environment's templates), or why there is none: the LLM
+        path's abstraction, whose action sequence and query come from a model."""
+
+    def step_ok(self, observation: str, info: dict) -> bool:
+        """Whether the environment accepted an action played through `step` (the LLM path's exploration)."""
+        return not observation.startswith("Error")
 
     def verify(self, env: Environment, spec: TaskSpec) -> str | None:
         """Why `spec` fails in `env` (a fresh environment), or None: by default its reference solution must
