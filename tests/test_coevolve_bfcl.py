@@ -116,3 +116,13 @@ def test_a_round_on_bfcl_adds_tasks_bfcls_checker_passes(experts, tmp_path):
     fresh = BfclEnv()
     for task in pool.tasks:
         assert replay_failure(fresh, task.spec) is None
+
+
+def test_an_llm_action_sequence_becomes_one_turn_of_its_calls(env):
+    actions = ["[cd(folder='document')]", "mkdir(dir_name='drafts')", "[ls()]"]
+    spec = SYNTH.task_from_actions(env, "multi_turn_base_0", actions, "Make drafts and list.", min_steps=3)
+    assert spec.state["questions"] == ["Make drafts and list."]
+    assert spec.state["ground_truth"] == [["cd(folder='document')", "mkdir(dir_name='drafts')", "ls()"]]
+    assert SYNTH.verify(BfclEnv(), spec) is None
+    refused = SYNTH.task_from_actions(env, "multi_turn_base_0", ["[rm -rf]", *actions], "x", min_steps=3)
+    assert refused == "an action is not a call list of the task's functions"

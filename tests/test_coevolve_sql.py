@@ -118,3 +118,17 @@ def test_a_round_on_sql_adds_playable_questions(experts, cache, tmp_path):
         assert replay_failure(fresh, task.spec) is None
         assert task.spec.solution[-1] == "submit" and task.spec.solution[-2] == task.spec.state["gold"]
     fresh.close()
+
+
+def test_an_llm_action_sequence_becomes_a_question_with_its_last_query_as_gold(env, cache):
+    parent = next(t for t in env.tasks("train") if env.record(t)["db"] == "concert_singer")
+    actions = ["SHOW TABLES", "DESCRIBE singer", "SELECT Name FROM singer ORDER BY Name;", "submit"]
+    spec = SYNTH.task_from_actions(env, parent, actions, "Name every singer.", min_steps=3)
+    assert spec.state == {"db": "concert_singer", "gold": "SELECT Name FROM singer ORDER BY Name"}
+    assert spec.solution == ("SHOW TABLES", "DESCRIBE singer", spec.state["gold"], "submit")
+    assert SYNTH.verify(InterCodeSqlEnv(cache_root=cache), spec) is None
+    assert (
+        SYNTH.task_from_actions(env, parent, ["SHOW TABLES"] * 3, "q", min_steps=3)
+        == "no query in the action sequence"
+    )
+    assert SYNTH.task_from_actions(env, parent, actions, " ", min_steps=3) == "no question"
