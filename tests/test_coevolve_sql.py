@@ -9,7 +9,8 @@ from coevolve_fixtures import fake_history
 from coevo_jax import coevolve
 from coevo_jax.coevolve.patterns import sql_statement_patterns
 from coevo_jax.coevolve.signals import Signal
-from coevo_jax.coevolve.sql_synthesis import TEMPLATES, Schema, SqlSynthesizer, tables_of
+from coevo_jax.coevolve.sql_synthesis import SqlSynthesizer
+from coevo_jax.coevolve.sql_templates import TEMPLATES, Schema, tables_of
 from coevo_jax.coevolve.synthesis import replay_failure
 from coevo_jax.envs.base import TaskSpec
 from coevo_jax.envs.intercode_sql import InterCodeSqlEnv

@@ -3,7 +3,8 @@ and verification by execution, and the task pool they feed.
 
 * `patterns`: each environment's action patterns (the rare signal's unit).
 * `signals`: the forgetting, boundary and rare signals, pure functions of rollout records.
-* `synthesis`: what a synthesizer does; `builtin_synthesis`, `sql_synthesis`, `bfcl_synthesis`: one each.
+* `synthesis`: what a synthesizer does; `builtin_synthesis`, `sql_synthesis` (with `sql_templates`),
+  `bfcl_synthesis`: one per environment.
 * `pool`: the synthesized tasks with their provenance, persisted in the workdir.
 * `rounds`: `round`, one round of signals -> exploration -> abstraction -> verification -> pool.
 * `config`: `CoEvolveConfig`, its defaults and ablations.
