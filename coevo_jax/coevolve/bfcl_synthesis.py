@@ -13,11 +13,12 @@ what:
 * unguided: a random train task, every function alike.
 
 A call works when it runs without error (no "Error during execution", no `{"error": ...}` output).
-Abstraction keeps the calls that worked, in order (at most `MAX_CALLS`), and splits them into turns of up to
-`CALLS_PER_TURN`, each with a user message from the functions' own descriptions and the arguments
-("Change the current working directory to the specified folder (folder='document')."). The task is BFCL's
-multi-turn form on the explored backends' initial configuration, its ground truth those calls; verification
-replays them in a fresh environment, where every call must work again and BFCL's checker must score 1.0.
+Abstraction keeps the calls that worked, in order, a call repeated at once only once (at most `MAX_CALLS`),
+and splits them into turns of up to `CALLS_PER_TURN`, each with a user message from the functions' own
+descriptions and the arguments ("Change the current working directory to the specified folder
+(folder='document')."). The task is BFCL's multi-turn form on the explored backends' initial configuration,
+its ground truth those calls; verification replays them in a fresh environment, where every call must work
+again and BFCL's checker must score 1.0.
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ class BfclSynthesizer(Synthesizer):
         return arguments
 
     def abstract(self, env, exploration, *, min_steps):
-        calls = [s.action[1:-1] for s in exploration.steps if s.ok][:MAX_CALLS]
+        worked = [s.action[1:-1] for s in exploration.steps if s.ok]
+        calls = [c for i, c in enumerate(worked) if i == 0 or c != worked[i - 1]][:MAX_CALLS]
         if len(calls) < min_steps:
             return "fewer successful calls than min_steps"
         patterns = set(exploration.context.get("patterns", ()))

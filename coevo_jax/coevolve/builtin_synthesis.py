@@ -21,6 +21,7 @@ a rare pattern.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 
@@ -195,8 +196,9 @@ def _reaches(start: World, actions: Sequence[str], goal: Sequence[Condition]) ->
 
 
 def _prune(start: World, actions: list[str], goal: Sequence[Condition]) -> list[str]:
-    """`actions` cut to the first point where the goal holds, then without every run of up to three steps it
-    does not need (a detour of walks is only removable whole), until no such run is left."""
+    """`actions` cut to the first point where the goal holds, then without every run of up to three steps and
+    every pair of steps it does not need (a detour of walks, or a put and its later pick up, is only removable
+    whole), until none is left."""
     for length in range(1, len(actions) + 1):
         if _reaches(start, actions[:length], goal):
             actions = actions[:length]
@@ -211,6 +213,11 @@ def _prune(start: World, actions: list[str], goal: Sequence[Condition]) -> list[
                 if _reaches(start, shorter, goal):
                     actions, changed = shorter, True
                 index -= 1
+        for first, second in itertools.combinations(range(len(actions)), 2):  # a put down, picked up later
+            shorter = [a for i, a in enumerate(actions) if i not in (first, second)]
+            if _reaches(start, shorter, goal):
+                actions, changed = shorter, True
+                break
     return actions
 
 
