@@ -10,7 +10,8 @@ token (assistant turn, its end-of-turn token included). It is not an attention m
 observation tokens are attended to but carry no loss.
 
 Paper equations: eq. 2/4 `sequence_logprobs`, eq. 3/5 `sft_loss` (SFT), eq. 7 `dpo_loss` (DPO),
-eq. 9 `coevo_loss` (the target agent's weighted DPO + SFT, the paper's L_target).
+eq. 9 `coevo_loss` (the target agent's weighted DPO + SFT, the paper's L_target). GRPO (CoEvolve, arXiv
+2604.15840, eq. 1): `group_advantages` and `grpo_loss`.
 """
 
 from __future__ import annotations
@@ -179,6 +180,108 @@ def coevo_loss(
     )
 
 
+ADVANTAGE_SCALES = ("group", "none")
+GRPO_AGGREGATIONS = ("token_mean", "sequence_mean", "sum_norm")
+
+
+def group_advantages(rewards_GxK: jax.Array, *, scale: str = "group", eps: float = 1e-6) -> jax.Array:
+    """GRPO's group-relative advantage of each of a task's K samples, [G, K] float32.
+
+    `scale="group"`: (r - mean) / (std + eps) over each group's K rewards, std with ddof=1 (Dr. GRPO's
+    `scale="none"`: r - mean). A group of one sample has no relative signal: its advantage is 0.
+    """
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale {scale!r} not in {ADVANTAGE_SCALES}")
+    rewards = _at_least_float32(rewards_GxK)
+    group_size = rewards.shape[-1]
+    centred = rewards - jnp.mean(rewards, axis=-1, keepdims=True)
+    if scale == "none":
+        return centred
+    if group_size < 2:
+        return jnp.zeros_like(rewards)
+    std = jnp.sqrt(jnp.sum(centred**2, axis=-1, keepdims=True) / (group_size - 1))
+    return centred / (std + eps)
+
+
+def grpo_loss(
+    logps_BxT: jax.Array,
+    old_logps_BxT: jax.Array,
+    ref_logps_BxT: jax.Array | None,
+    advantages_B: jax.Array,
+    loss_mask_BxT: jax.Array,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    beta: float | jax.Array = 1e-3,
+    aggregation: str = "token_mean",
+    normaliser: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """GRPO's clipped surrogate plus a k3 KL penalty (CoEvolve eq. 1, negated to a loss): (loss, metrics).
+
+    Per action token, with ratio = exp(logps - old_logps) and A the row's advantage:
+    pg = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A), kl = exp(ref - logps) - (ref -
+    logps) - 1, loss_t = pg + beta * kl. `aggregation`: "token_mean" (sum of masked loss_t / masked tokens),
+    "sequence_mean" (mean over rows with a masked token of each row's masked mean), "sum_norm" (Dr. GRPO:
+    sum of masked loss_t / (B * T)). `normaliser` replaces the denominator (tokens, rows with a token, or
+    B * T of the *whole* batch) so that micro-batch losses add up to the whole batch's under gradient
+    accumulation; "sequence_mean" then sums its row means over the micro-batch.
+
+    `ref_logps_BxT` may be None only with `beta == 0` (no reference pass; the `kl` metric is then 0).
+    Metrics (no gradient) are masked means over action tokens: `ratio`, `abs_log_ratio` (|logps -
+    old_logps|: on a batch's first update, how far the trainer's log-probs are from the sampler's), `kl`,
+    `pg_loss`, `clip_fraction`
+    (tokens whose clipped side was taken: ratio < 1 - clip_low with A < 0, or ratio > 1 + clip_high with
+    A > 0; `clip_fraction_low` / `_high` apart), with `token_count` (this batch's action tokens).
+    """
+    if aggregation not in GRPO_AGGREGATIONS:
+        raise ValueError(f"aggregation {aggregation!r} not in {GRPO_AGGREGATIONS}")
+    if ref_logps_BxT is None and not (isinstance(beta, int | float) and beta == 0):
+        raise ValueError("grpo_loss without reference log-probs needs beta == 0")
+    keep = loss_mask_BxT.astype(bool)
+    logps = _at_least_float32(logps_BxT)
+    # Masked positions are zeroed before exp, so garbage there never reaches a value or a gradient.
+    log_ratio = jnp.where(keep, logps - _at_least_float32(old_logps_BxT), 0.0)
+    ratio = jnp.exp(log_ratio)
+    advantages = _at_least_float32(advantages_B)[:, None]
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    pg = -jnp.minimum(unclipped, clipped)
+    if ref_logps_BxT is None:
+        kl = jnp.zeros_like(pg)
+    else:
+        ref_minus_policy = jnp.where(keep, _at_least_float32(ref_logps_BxT) - logps, 0.0)
+        kl = jnp.exp(ref_minus_policy) - ref_minus_policy - 1.0
+    per_token = jnp.where(keep, pg + beta * kl, 0.0)
+
+    tokens_B = jnp.sum(keep.astype(jnp.float32), axis=-1)
+    token_count = jnp.sum(tokens_B)
+    if aggregation == "token_mean":
+        total, default = jnp.sum(per_token), jnp.maximum(token_count, 1.0)
+    elif aggregation == "sequence_mean":
+        total = jnp.sum(jnp.sum(per_token, axis=-1) / jnp.maximum(tokens_B, 1.0))
+        default = jnp.maximum(jnp.sum((tokens_B > 0).astype(jnp.float32)), 1.0)
+    else:
+        total, default = jnp.sum(per_token), jnp.asarray(float(per_token.size), jnp.float32)
+    loss = total / (default if normaliser is None else normaliser)
+
+    def masked_mean(values):
+        return jax.lax.stop_gradient(jnp.sum(jnp.where(keep, values, 0.0)) / jnp.maximum(token_count, 1.0))
+
+    low = (ratio < 1.0 - clip_low) & (advantages < 0)
+    high = (ratio > 1.0 + clip_high) & (advantages > 0)
+    metrics = {
+        "ratio": masked_mean(ratio),
+        "abs_log_ratio": masked_mean(jnp.abs(log_ratio)),
+        "kl": masked_mean(kl),
+        "pg_loss": masked_mean(pg),
+        "clip_fraction": masked_mean((low | high).astype(jnp.float32)),
+        "clip_fraction_low": masked_mean(low.astype(jnp.float32)),
+        "clip_fraction_high": masked_mean(high.astype(jnp.float32)),
+        "token_count": token_count,
+    }
+    return loss, metrics
+
+
 # --- Memory-lean log-probs: from final hidden states and the unembedding, a chunk of tokens at a time. ---
 
 
@@ -187,28 +290,30 @@ def coevo_loss(
 KEEP_PROBS_MAX_BYTES = 512 << 20
 
 
-def _chunk_logits(hidden_BxCxD, unembed_DxV):
-    """Float32 logits [B, C, V] of one chunk (the forward, and the backward when it recomputes them)."""
-    return jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+def _chunk_logits(hidden_BxCxD, unembed_DxV, temperature=1.0):
+    """Float32 logits / temperature [B, C, V] of one chunk (the forward, and the backward when it
+    recomputes them)."""
+    logits = jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+    return logits if temperature == 1.0 else logits / temperature
 
 
-def _chunk_forward(hidden_BxCxD, unembed_DxV, targets_BxC):
+def _chunk_forward(hidden_BxCxD, unembed_DxV, targets_BxC, temperature=1.0):
     """(token log-probs [B, C], log-normaliser [B, C], logits [B, C, V]) of one chunk, float32."""
-    logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV)
+    logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV, temperature)
     log_normaliser_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
     target_BxC = jnp.take_along_axis(logits_BxCxV, targets_BxC[..., None], axis=-1)[..., 0]
     return target_BxC - log_normaliser_BxC, log_normaliser_BxC, logits_BxCxV
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs, temperature):
     """Token log-probs [K, B, C] of K chunks of C tokens per row (see `token_logprobs_from_hidden`)."""
-    return _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, False)[0]
+    return _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, False, temperature)[0]
 
 
-def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs):
+def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs, temperature):
     def body(_, chunk):
-        logps, log_normaliser, logits = _chunk_forward(chunk[0], unembed_DxV, chunk[1])
+        logps, log_normaliser, logits = _chunk_forward(chunk[0], unembed_DxV, chunk[1], temperature)
         probs = jnp.exp(logits - log_normaliser[..., None]) if keep_probs else None
         return None, (logps, log_normaliser, probs)
 
@@ -216,20 +321,21 @@ def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_probs):
     return logps, (hidden_KxBxCxD, unembed_DxV, targets_KxBxC, log_normaliser, probs)
 
 
-def _scan_logprobs_bwd(keep_probs, residuals, d_logps_KxBxC):
-    """d logp_t / d logits = onehot(target_t) - softmax(logits): no scatter, no stored logits unless kept."""
+def _scan_logprobs_bwd(keep_probs, temperature, residuals, d_logps_KxBxC):
+    """d logp_t / d logits = (onehot(target_t) - softmax(logits / T)) / T: no scatter, no stored logits
+    unless kept."""
     hidden_KxBxCxD, unembed_DxV, targets_KxBxC, log_normaliser_KxBxC, probs_KxBxCxV = residuals
     vocab = unembed_DxV.shape[1]
 
     def body(d_unembed_DxV, chunk):
         hidden_BxCxD, targets_BxC, log_normaliser_BxC, d_logps_BxC, probs_BxCxV = chunk
         if probs_BxCxV is None:
-            logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV)
+            logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV, temperature)
             probs_BxCxV = jnp.exp(logits_BxCxV - log_normaliser_BxC[..., None])
         onehot_BxCxV = targets_BxC[..., None] == jnp.arange(vocab, dtype=targets_BxC.dtype)
-        d_logits = d_logps_BxC.astype(jnp.float32)[..., None] * (
-            onehot_BxCxV.astype(jnp.float32) - probs_BxCxV
-        )
+        d_logps = d_logps_BxC.astype(jnp.float32)
+        d_logps = d_logps if temperature == 1.0 else d_logps / temperature
+        d_logits = d_logps[..., None] * (onehot_BxCxV.astype(jnp.float32) - probs_BxCxV)
         d_logits_BxCxV = d_logits.astype(unembed_DxV.dtype)
         d_hidden_BxCxD = jnp.einsum(
             "bcv,dv->bcd", d_logits_BxCxV, unembed_DxV, preferred_element_type=jnp.float32
@@ -258,8 +364,11 @@ def token_logprobs_from_hidden(
     targets_BxT: jax.Array,
     chunk_size: int = 1024,
     keep_probs: bool | None = None,
+    temperature: float = 1.0,
 ) -> jax.Array:
-    """Same numbers as `token_logprobs(hidden @ unembed, targets)` without materialising [B, T, V] logits.
+    """Same numbers as `token_logprobs(hidden @ unembed / temperature, targets)` without materialising
+    [B, T, V] logits. `temperature` (a Python float) gives the log-probs of the tempered distribution a
+    sampler draws from (GRPO's importance ratio needs the trainer's and the sampler's to agree).
 
     The sequence axis is cut into chunks of `chunk_size // B` positions (at least one), so a chunk holds
     at most `chunk_size` tokens, and the chunks are scanned; rows stay a batch axis of every chunk (and
@@ -279,7 +388,9 @@ def token_logprobs_from_hidden(
     targets = jnp.pad(targets_BxT.astype(jnp.int32), ((0, 0), (0, pad)))
     hidden_KxBxCxD = hidden.reshape(batch, num_chunks, chunk_len, hidden_size).swapaxes(0, 1)
     targets_KxBxC = targets.reshape(batch, num_chunks, chunk_len).swapaxes(0, 1)
-    logps_KxBxC = _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, bool(keep_probs))
+    logps_KxBxC = _scan_logprobs(
+        hidden_KxBxCxD, unembed_DxV, targets_KxBxC, bool(keep_probs), float(temperature)
+    )
     return logps_KxBxC.swapaxes(0, 1).reshape(batch, padded)[:, :length]
 
 

@@ -7,7 +7,9 @@ Two programs, both pure functions of (parameters, cache, ...) with the cache don
   and returns each row's next-token logits. Chunks are padded to a few power-of-two buckets, so a rollout
   phase compiles one prefill program per bucket that actually occurs.
 * `decode` samples up to `max_new_tokens` tokens for every active row, stopping each row on its own at a
-  stop token (end of turn), a stop token *sequence*, `max_new_tokens`, or a full cache.
+  stop token (end of turn), a stop token *sequence*, `max_new_tokens`, or a full cache. With each token it
+  returns its log-prob under the distribution it was drawn from (`sample_with_logprobs`: softmax of the
+  logits / temperature, after any top-k / top-p cut), which GRPO keeps as its "old" log-probs.
 
 Both run on a *window* of the cache: its first W slots, W the smallest of a few power-of-two buckets that
 holds the longest live row plus `max_new_tokens` (at most the whole cache). Attention reads W slots per
@@ -107,13 +109,12 @@ class StopConfig:
         return table
 
 
-def sample_tokens(logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig) -> jax.Array:
-    """int32 [B]: argmax, or a sample from softmax(logits / T) restricted to the top-k / top-p set.
-
-    `key`: one key for the batch, or a [B] key array (row b sampled with key[b] alone)."""
+def sampling_logits(logits_BxV: jax.Array, cfg: SamplingConfig) -> jax.Array:
+    """float32 [B, V]: the logits a sampled token is drawn from, logits / T with tokens outside the
+    top-k / top-p set at -inf (greedy: the logits themselves)."""
     logits_BxV = logits_BxV.astype(jnp.float32)
     if cfg.greedy:
-        return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+        return logits_BxV
     logits_BxV = logits_BxV / cfg.temperature
     if cfg.top_k:
         kth_B = jax.lax.top_k(logits_BxV, cfg.top_k)[0][:, -1]
@@ -125,9 +126,33 @@ def sample_tokens(logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig) ->
         # Smallest set whose mass reaches top_p: keep a token while the mass before it is < top_p.
         cutoff_B = jnp.min(jnp.where(mass_before_BxV < cfg.top_p, sorted_BxV, jnp.inf), axis=-1)
         logits_BxV = jnp.where(logits_BxV < cutoff_B[:, None], -jnp.inf, logits_BxV)
-    if key.ndim:
-        return jax.vmap(jax.random.categorical)(key, logits_BxV).astype(jnp.int32)
-    return jax.random.categorical(key, logits_BxV, axis=-1).astype(jnp.int32)
+    return logits_BxV
+
+
+def sample_with_logprobs(
+    logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig
+) -> tuple[jax.Array, jax.Array]:
+    """(int32 [B] tokens, float32 [B] log-probs): `sample_tokens`'s draw and its log-probability under the
+    distribution it was drawn from, log softmax(`sampling_logits`)[token] (greedy: under softmax(logits)).
+
+    These are the "old" log-probs of GRPO's importance ratio; a trainer reproduces them from the same
+    logits divided by the same temperature (top-k / top-p truncation it cannot reproduce)."""
+    logits_BxV = sampling_logits(logits_BxV, cfg)
+    if cfg.greedy:
+        token_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+    elif key.ndim:
+        token_B = jax.vmap(jax.random.categorical)(key, logits_BxV).astype(jnp.int32)
+    else:
+        token_B = jax.random.categorical(key, logits_BxV, axis=-1).astype(jnp.int32)
+    chosen_B = jnp.take_along_axis(logits_BxV, token_B[:, None], axis=-1)[:, 0]
+    return token_B, chosen_B - jax.nn.logsumexp(logits_BxV, axis=-1)
+
+
+def sample_tokens(logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig) -> jax.Array:
+    """int32 [B]: argmax, or a sample from softmax(logits / T) restricted to the top-k / top-p set.
+
+    `key`: one key for the batch, or a [B] key array (row b sampled with key[b] alone)."""
+    return sample_with_logprobs(logits_BxV, key, cfg)[0]
 
 
 def _fold_in(key: jax.Array, data) -> jax.Array:
@@ -144,6 +169,7 @@ class DecodeState:
     cache: KVCache
     last_token_B: jax.Array  # sampled but not yet fed to the model
     tokens_BxN: jax.Array
+    logprobs_BxN: jax.Array  # each sampled token's log-prob under the distribution it was drawn from
     counts_B: jax.Array
     reasons_B: jax.Array
     recent_BxW: jax.Array  # the last W tokens of each row (-2 before any), for stop sequences
@@ -152,19 +178,24 @@ class DecodeState:
 
 @struct.dataclass
 class DecodeResult:
-    """What `decode` returns besides the cache: tokens [B, N] of which the first `counts_B` are valid."""
+    """What `decode` returns besides the cache: tokens [B, N] of which the first `counts_B` are valid, and
+    their log-probs [B, N] float32 (`sample_with_logprobs`)."""
 
     tokens_BxN: jax.Array
     counts_B: jax.Array
     reasons_B: jax.Array
+    logprobs_BxN: jax.Array
 
 
-def _record(state: DecodeState, token_B: jax.Array, stops: StopConfig, max_new: int) -> DecodeState:
-    """Appends the sampled token to the running rows and decides which rows stop after it."""
+def _record(
+    state: DecodeState, token_B: jax.Array, logprob_B: jax.Array, stops: StopConfig, max_new: int
+) -> DecodeState:
+    """Appends the sampled token (and its log-prob) to the running rows and decides which rows stop after it."""
     running_B = state.reasons_B == RUNNING
     rows_B = jnp.arange(token_B.shape[0])
     slot_B = jnp.where(running_B, state.counts_B, max_new)  # out of range for stopped rows: dropped
     tokens_BxN = state.tokens_BxN.at[rows_B, slot_B].set(token_B, mode="drop")
+    logprobs_BxN = state.logprobs_BxN.at[rows_B, slot_B].set(logprob_B, mode="drop")
     counts_B = state.counts_B + running_B.astype(jnp.int32)
     recent_BxW = jnp.where(
         running_B[:, None],
@@ -191,6 +222,7 @@ def _record(state: DecodeState, token_B: jax.Array, stops: StopConfig, max_new: 
     return state.replace(
         last_token_B=token_B,
         tokens_BxN=tokens_BxN,
+        logprobs_BxN=logprobs_BxN,
         counts_B=counts_B,
         reasons_B=reason_B,
         recent_BxW=recent_BxW,
@@ -251,25 +283,25 @@ def decode(
             cache=leading_slots(cache, window),
             last_token_B=jnp.zeros((batch,), jnp.int32),
             tokens_BxN=jnp.zeros((batch, max_new), jnp.int32),
+            logprobs_BxN=jnp.zeros((batch, max_new), jnp.float32),
             counts_B=jnp.zeros((batch,), jnp.int32),
             reasons_B=jnp.where(active_B, RUNNING, INACTIVE).astype(jnp.int32),
             recent_BxW=jnp.full((batch, stops.window), -2, jnp.int32),
             step=jnp.zeros((), jnp.int32),
         )
-        state = _record(state, sample_tokens(logits_BxV, _fold_in(key, 0), sampling), stops, max_new)
+        state = _record(state, *sample_with_logprobs(logits_BxV, _fold_in(key, 0), sampling), stops, max_new)
 
         def body(state: DecodeState) -> DecodeState:
             feed_B = state.reasons_B == RUNNING
             logits_Bx1xV, cache = model.forward_cached(
                 state.last_token_B[:, None], state.cache, feed_B[:, None].astype(jnp.int32)
             )
-            token_B = sample_tokens(logits_Bx1xV[:, 0], _fold_in(key, state.step), sampling)
-            return _record(state.replace(cache=cache), token_B, stops, max_new)
+            token_B, logprob_B = sample_with_logprobs(logits_Bx1xV[:, 0], _fold_in(key, state.step), sampling)
+            return _record(state.replace(cache=cache), token_B, logprob_B, stops, max_new)
 
         state = jax.lax.while_loop(lambda s: jnp.any(s.reasons_B == RUNNING), body, state)
-    return DecodeResult(state.tokens_BxN, state.counts_B, state.reasons_B), with_leading_slots(
-        full, state.cache
-    )
+    result = DecodeResult(state.tokens_BxN, state.counts_B, state.reasons_B, state.logprobs_BxN)
+    return result, with_leading_slots(full, state.cache)
 
 
 def copy_prefix(cache: KVCache, prefix: KVCache, rows_B: jax.Array) -> KVCache:

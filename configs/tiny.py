@@ -78,6 +78,17 @@ def get_config(variant: str = "") -> ConfigDict:
     config.dpo.max_pairs_per_task = config_dict.placeholder(int)
     config.dpo.updates_per_phase = 5 if variant == "drill" else config_dict.placeholder(int)
 
+    config.grpo = ConfigDict()  # `grpo` in methods: 2 GRPO steps per iteration of 4 tasks x 4 samples
+    config.grpo.learning_rate = 1e-4
+    config.grpo.samples_per_task = 4
+    config.grpo.tasks_per_step = 4
+    config.grpo.steps_per_iteration = 2
+    config.grpo.batch_size = 16
+    config.grpo.updates_per_batch = 1
+    config.grpo.beta = 1e-3
+    config.grpo.temperature = 0.9
+    config.grpo.drop_equal_groups = False
+
     config.rollout = ConfigDict()
     config.rollout.temperature = 1.0
     config.rollout.max_new_tokens = 16

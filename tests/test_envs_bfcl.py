@@ -307,6 +307,7 @@ def test_task_ids_are_bfcls_and_the_splits_are_fixed_by_task_number():
         ]
         assert len(train) == 150 and len(test) == 50 and not set(train) & set(test)
         assert BfclEnv(category=category).tasks("test") == test  # a fresh instance: the same lists
+        assert environment.tasks("all") == [f"{category}_{n}" for n in range(200)]  # CoEvolve's protocol
         numbers[category] = [int(t.rsplit("_", 1)[1]) for t in test]
     assert all(n == list(range(3, 200, 4)) for n in numbers.values())  # same scenarios in every category
     environment = BfclEnv()

@@ -13,7 +13,7 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax.experiment import phases, rollouts
-from coevo_jax.experiment.config import METHOD_TITLES, METHODS, ExperimentConfig
+from coevo_jax.experiment.config import METHOD_TITLES, METHODS, PAPER_METHODS, ExperimentConfig
 from coevo_jax.experiment.experts import generate_experts
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.results import load_results
@@ -66,7 +66,7 @@ def test_every_config_file_builds_an_experiment_config(name, arg):
     experiment = ExperimentConfig.from_mapping(config)
     assert ExperimentConfig.from_mapping(experiment.to_json()) == experiment
     if name == "builtin_study":  # the paper's Table 1 and ablations, one budget for every method
-        assert experiment.methods == METHODS and experiment.match_exploration
+        assert experiment.methods == PAPER_METHODS and experiment.match_exploration
         assert experiment.dpo.updates_per_phase and experiment.env.eval_tasks is None
     if name.startswith("paper"):
         assert experiment.sft.learning_rate == 2e-5 and experiment.sft.epochs == 3

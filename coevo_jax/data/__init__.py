@@ -15,7 +15,8 @@ Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq
 * `pairs`: eq. 6 `build_failure_pairs`, eq. 8 `build_target_pairs`, `build_eto_pairs`,
   `build_positive_agent_pairs`, `select_rft`; each builder returns a `PreferenceDataset` with its report.
 * `reports`: `DatasetReport` (counts by pair type, hard negatives, rejected-reward histogram).
-* `batching`: over-long policy (`FitReport`), bucketed fixed-shape SFT and DPO batches.
+* `batching`: over-long policy (`FitReport`), bucketed fixed-shape SFT, DPO and GRPO batches (GRPO's
+  from the sampled episodes' recorded token ids, `sampled_sequence`).
 * `tfds_builders` (import it explicitly; it loads tensorflow_datasets): array_record datasets, no TensorFlow.
 """
 
@@ -23,15 +24,18 @@ from coevo_jax.data.batching import (
     DEFAULT_BUCKETS,
     OVERFLOW_POLICIES,
     FitReport,
+    SampledSequence,
     TokenizedPair,
     bucket_for,
     collate_dpo,
+    collate_grpo,
     collate_sft,
     fit_to_length,
     iter_sft_batches,
     next_token_targets,
     plan_batches,
     power_of_two_buckets,
+    sampled_sequence,
     tokenize_pairs,
     tokenize_sft_examples,
 )
@@ -84,6 +88,7 @@ from coevo_jax.data.records import (
     AGENTS,
     Message,
     ReadReport,
+    TokenTrace,
     Trajectory,
     Turn,
     parse_record,
@@ -118,6 +123,8 @@ __all__ = [
     "PreferencePair",
     "ReadReport",
     "RenderedConversation",
+    "SampledSequence",
+    "TokenTrace",
     "TokenizedPair",
     "TokenizedTrajectory",
     "Trajectory",
@@ -130,6 +137,7 @@ __all__ = [
     "build_target_pairs",
     "chat_format_for",
     "collate_dpo",
+    "collate_grpo",
     "collate_sft",
     "deduplicate",
     "describe_mask",
@@ -149,6 +157,7 @@ __all__ = [
     "read_pairs_jsonl",
     "read_trajectories",
     "reward_histogram",
+    "sampled_sequence",
     "select_rft",
     "tokenize_pairs",
     "tokenize_sft_examples",

@@ -1,4 +1,4 @@
-"""Fixed-shape NumPy batches for SFT (eq. 3/5) and DPO / co-evolution (eq. 7, 9) training.
+"""Fixed-shape NumPy batches for SFT (eq. 3/5), DPO / co-evolution (eq. 7, 9) and GRPO training.
 
 Shapes come from a small frozen set so a jitted step compiles a few times only: the sequence length is
 the smallest bucket (default powers of two 128 ... 4096) that holds the longest row of the batch, and the
@@ -19,6 +19,12 @@ rejected) per pair), plus per pair `lambda_dpo[B]`, `lambda_sft[B]`, `pair_mask[
 one DPO layout: any block of consecutive pairs is a block of consecutive rows, so micro-batches, data
 shards and processes each take whole pairs by plain slicing (`coevo_jax.sharding.device_layout`,
 `place_batch`), and the train steps consume it as it is.
+
+GRPO batch (`collate_grpo`): the [B, L] sequence entries of sampled episodes built from their recorded
+`TokenTrace` (`sampled_sequence`: the exact ids the sampler saw and drew, never re-tokenized; the action mask
+is exactly the sampled reply tokens, so prompt and observation tokens carry no loss), plus `old_logps` [B, L]
+(the sampler's log-prob of `targets[r, t]`, aligned like `loss_mask`, 0 elsewhere), `advantages[B]` and
+`example_mask[B]`.
 
 Over-long trajectories (`fit_to_length`, default "cut_turns"): keep the prompt and cut whole turns from the
 end until the sequence fits `max_length`, so the last scored token is still an end-of-turn; a trajectory whose
@@ -275,6 +281,60 @@ def collate_dpo(
     batch["lambda_dpo"] = np.asarray([p.lambda_dpo for p in padded], dtype=np.float32) * pair_mask
     batch["lambda_sft"] = np.asarray([p.lambda_sft for p in padded], dtype=np.float32) * pair_mask
     batch["pair_mask"] = pair_mask
+    return batch
+
+
+@dataclass(frozen=True)
+class SampledSequence:
+    """A sampled episode as GRPO trains on it: its tokens and action mask, the sampler's log-prob of each
+    action token (float32 [n], aligned with `tokens.input_ids`, 0 off the mask), and its advantage."""
+
+    tokens: TokenizedTrajectory
+    sampled_logps: np.ndarray
+    advantage: float
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def sampled_sequence(
+    trajectory: Trajectory, advantage: float, *, max_length: int, overflow: str = "cut_turns"
+) -> SampledSequence | None:
+    """The episode's recorded tokens (`Trajectory.tokens`) as a GRPO row, fitted to `max_length` by the
+    over-long policy (None: dropped). An episode without a token trace (a scripted or converted one) is an
+    error: GRPO trains only on tokens a sampler drew."""
+    trace = trajectory.tokens
+    if trace is None:
+        raise ValueError(f"{trajectory.traj_id}: no token trace; GRPO needs the sampler's own tokens")
+    ids = np.asarray(trace.ids, dtype=np.int32)
+    mask = np.zeros(len(ids), dtype=bool)
+    logps = np.zeros(len(ids), dtype=np.float32)
+    logprobs = np.asarray(trace.logprobs, dtype=np.float32)
+    used = 0
+    for start, end in trace.reply_spans:
+        mask[start:end] = True
+        logps[start:end] = logprobs[used : used + end - start]
+        used += end - start
+    fitted = fit_to_length(TokenizedTrajectory(ids, mask), max_length, overflow)
+    if fitted is None:
+        return None
+    return SampledSequence(fitted, logps[: len(fitted)], float(advantage))
+
+
+def collate_grpo(
+    examples: Sequence[SampledSequence], *, length: int, batch_size: int, pad_id: int
+) -> dict[str, np.ndarray]:
+    """[batch_size, length] GRPO batch; missing rows repeat row 0 with zero loss_mask and example_mask."""
+    example_mask = _real_flags(len(examples), batch_size)
+    rows = [*examples, *[examples[0]] * (batch_size - len(examples))]
+    batch = _sequence_arrays([row.tokens for row in rows], length, pad_id)
+    batch["loss_mask"] *= example_mask[:, None]
+    old_logps = np.zeros((batch_size, length), dtype=np.float32)
+    for r, row in enumerate(rows):
+        old_logps[r, : len(row) - 1] = row.sampled_logps[1:]  # the log-prob of targets[r, t] = ids[t + 1]
+    batch["old_logps"] = old_logps * (batch["loss_mask"] > 0)
+    batch["advantages"] = np.asarray([row.advantage for row in rows], dtype=np.float32) * example_mask
+    batch["example_mask"] = example_mask
     return batch
 
 

@@ -13,9 +13,13 @@ a_t (ReAct text, `Thought: ...` included) and user observations o_t. One record,
      "prompt_len": 3,                      # leading messages that make up u
      "sampling": {"temperature": 1.0, "seed": 7, "model": "..."},   # free-form sampling metadata
      "conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}, ...],
+     "tokens": {"ids": [...], "reply_spans": [[start, end], ...], "logprobs": [...]},   # optional
      ...}                                  # any other key is kept verbatim in `Trajectory.extra`
 
 This is ETO's conversation record (see `formats` for ETO's exact layout) plus the fields co-evolution needs.
+`tokens` (`TokenTrace`) is written by a model actor's rollouts: the exact token ids the policy was conditioned
+on and sampled, which of them it sampled (one span per assistant turn), and the sampler's log-prob of each
+sampled token. GRPO trains on these ids as they are (no re-tokenisation).
 Messages may also be spelled `{"role": "user"|"assistant"|"system", "content": ...}`. Defaults: `task_id` =
 `id`, `agent` = "expert", `env` = "", `iteration` = null, `sampling` = {}; a missing `reward` is an error
 unless the reader gets `default_reward`. A missing `prompt_len` is 1 (2 after a system message), or 3 (4) when
@@ -61,6 +65,58 @@ class Turn:
 
 
 @dataclass(frozen=True)
+class TokenTrace:
+    """The exact tokens of one sampled episode, as the policy saw and produced them.
+
+    `ids` is the whole context: prompt, replies and observations in the sampler's own tokenization.
+    `reply_spans` holds one [start, end) span of `ids` per assistant turn after the prompt: the tokens the
+    policy sampled and kept in its context (its end-of-turn token included when it sampled it; a reply cut
+    at a stop string keeps only the tokens before the cut). `logprobs` are the sampler's log-probs of the
+    span tokens, in order (see `coevo_jax.sampling.sample_with_logprobs`).
+    """
+
+    ids: tuple[int, ...]
+    reply_spans: tuple[tuple[int, int], ...]
+    logprobs: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", tuple(int(i) for i in self.ids))
+        object.__setattr__(self, "reply_spans", tuple((int(a), int(b)) for a, b in self.reply_spans))
+        object.__setattr__(self, "logprobs", tuple(float(x) for x in self.logprobs))
+        problem = self.problem()
+        if problem:
+            raise ValueError(f"token trace: {problem}")
+
+    def problem(self) -> str | None:
+        """Why this trace is inconsistent, or None."""
+        if any(i < 0 for i in self.ids):
+            return "negative token id"
+        end = 0
+        for start, stop in self.reply_spans:
+            if not end <= start <= stop <= len(self.ids):
+                return (
+                    f"reply span {[start, stop]} overlaps the previous one or leaves the {len(self.ids)} ids"
+                )
+            end = stop
+        if len(self.logprobs) != self.num_reply_tokens:
+            return f"{len(self.logprobs)} logprobs for {self.num_reply_tokens} reply tokens"
+        if not all(math.isfinite(x) and x <= 0.0 for x in self.logprobs):
+            return "logprobs must be finite and <= 0"
+        return None
+
+    @property
+    def num_reply_tokens(self) -> int:
+        return sum(stop - start for start, stop in self.reply_spans)
+
+    def to_record(self) -> dict[str, list]:
+        return {
+            "ids": list(self.ids),
+            "reply_spans": [list(s) for s in self.reply_spans],
+            "logprobs": list(self.logprobs),
+        }
+
+
+@dataclass(frozen=True)
 class Trajectory:
     """One episode for one instruction. The first `prompt_len` messages are the instruction u."""
 
@@ -74,12 +130,18 @@ class Trajectory:
     iteration: int | None = None
     sampling: Mapping[str, object] = field(default_factory=dict)
     extra: Mapping[str, object] = field(default_factory=dict, compare=False)
+    tokens: TokenTrace | None = None  # the sampled episode's exact tokens (model actors' rollouts)
 
     def __post_init__(self) -> None:
         if self.agent not in AGENTS:
             raise ValueError(f"{self.traj_id}: agent {self.agent!r} is not one of {AGENTS}")
         if not 0.0 <= self.reward <= 1.0:
             raise ValueError(f"{self.traj_id}: reward {self.reward!r} is outside [0, 1]")
+        if self.tokens is not None and len(self.tokens.reply_spans) != len(self.actions):
+            raise ValueError(
+                f"{self.traj_id}: token trace has {len(self.tokens.reply_spans)} reply spans for "
+                f"{len(self.actions)} actions"
+            )
 
     @property
     def prompt(self) -> tuple[Message, ...]:
@@ -243,8 +305,45 @@ def parse_metadata(
 
 
 KNOWN_KEYS = frozenset(
-    {"id", "task_id", "env", "agent", "iteration", "reward", "prompt_len", "sampling", "conversations"}
+    {
+        "id",
+        "task_id",
+        "env",
+        "agent",
+        "iteration",
+        "reward",
+        "prompt_len",
+        "sampling",
+        "conversations",
+        "tokens",
+    }
 )
+
+
+def parse_token_trace(raw: object, source: str, index: int) -> TokenTrace | None:
+    """The optional `tokens` field: {"ids": [int], "reply_spans": [[start, end]], "logprobs": [float]}."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or set(raw) != {"ids", "reply_spans", "logprobs"}:
+        raise DataFormatError(source, index, "tokens", "expected an object with ids, reply_spans, logprobs")
+    ids, spans, logprobs = raw["ids"], raw["reply_spans"], raw["logprobs"]
+    is_int = lambda x: isinstance(x, int) and not isinstance(x, bool)
+    if not isinstance(ids, list) or not all(is_int(i) for i in ids):
+        raise DataFormatError(source, index, "tokens.ids", "expected a list of ints")
+    if not isinstance(spans, list) or not all(
+        isinstance(s, list) and len(s) == 2 and all(is_int(i) for i in s) for s in spans
+    ):
+        raise DataFormatError(
+            source, index, "tokens.reply_spans", "expected a list of [start, end] int pairs"
+        )
+    if not isinstance(logprobs, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in logprobs
+    ):
+        raise DataFormatError(source, index, "tokens.logprobs", "expected a list of numbers")
+    try:
+        return TokenTrace(ids, spans, logprobs)
+    except ValueError as error:
+        raise DataFormatError(source, index, "tokens", str(error)) from None
 
 
 def parse_record(
@@ -271,8 +370,14 @@ def parse_record(
     if messages[prompt_len - 1].role != USER:
         raise DataFormatError(source, index, "prompt_len", "the prompt must end with a user turn")
     reward = parse_reward(record.get("reward", default_reward), source, index)
+    tokens = parse_token_trace(record.get("tokens"), source, index)
     extra = {k: v for k, v in record.items() if k not in KNOWN_KEYS}
-    return Trajectory(traj_id, task_id, messages, reward, prompt_len=prompt_len, extra=extra, **metadata)
+    try:
+        return Trajectory(
+            traj_id, task_id, messages, reward, prompt_len=prompt_len, extra=extra, tokens=tokens, **metadata
+        )
+    except ValueError as error:  # a token trace that does not fit the conversation
+        raise DataFormatError(source, index, "tokens", str(error)) from None
 
 
 def parse_all(
@@ -349,7 +454,7 @@ def messages_to_conversations(messages: Iterable[Message]) -> list[dict[str, str
 
 def trajectory_to_record(trajectory: Trajectory) -> dict[str, object]:
     """The full record of a trajectory (`from`/`value` spelling); inverse of `parse_record`."""
-    return {
+    record = {
         "id": trajectory.traj_id,
         "task_id": trajectory.task_id,
         "env": trajectory.env,
@@ -361,6 +466,9 @@ def trajectory_to_record(trajectory: Trajectory) -> dict[str, object]:
         "conversations": messages_to_conversations(trajectory.messages),
         **dict(trajectory.extra),
     }
+    if trajectory.tokens is not None:
+        record["tokens"] = trajectory.tokens.to_record()
+    return record
 
 
 def write_trajectories(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 from coevo_jax.data.batching import power_of_two_buckets
 from coevo_jax.train.mapping import dataclass_from_mapping
 
-METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
+PAPER_METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")  # Table 1 and ablations
+METHODS = (*PAPER_METHODS, "grpo")  # GRPO is ours (the paper's RL row is PPO)
 METHOD_TITLES = {
     "sft": "SFT",
     "rft": "RFT",
@@ -22,6 +23,7 @@ METHOD_TITLES = {
     "coevo": "CoEvolving",
     "coevo_positive": "CoEvolving (positive agent)",
     "coevo_frozen": "CoEvolving (frozen failure agent)",
+    "grpo": "GRPO",
 }
 
 
@@ -97,6 +99,52 @@ class DPOConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO (`grpo` in `methods`), from the SFT target policy; defaults are CoEvolve's Table 9 (AdamW lr 1e-6
+    constant, K = 8 samples per task, 32 tasks per step, clip 0.2 / 0.28, KL 1e-3 to the SFT policy, rollout
+    temperature 0.9; evaluation stays greedy).
+
+    One GRPO step samples K episodes of each of `tasks_per_step` train tasks (a fresh seeded draw without
+    replacement per step) with the current policy at `temperature` (no top-p), computes group-relative
+    advantages per task (`advantage_scale`), and trains on the episodes' own tokens in length-bucketed
+    batches of `batch_size` episodes, `updates_per_batch` (mu) optimizer updates per batch. An iteration is
+    `steps_per_iteration` steps followed by the evaluation (CoEvolve regenerates its data every 10 steps).
+    The optimizer state carries over from step to step and iteration to iteration.
+    """
+
+    learning_rate: float = 1e-6
+    warmup_steps: int = 0  # optimizer updates
+    samples_per_task: int = 8  # K
+    tasks_per_step: int = 32
+    steps_per_iteration: int = 10
+    batch_size: int = (
+        256  # episodes per optimizer update (32 tasks x 8 samples: one update per length bucket)
+    )
+    updates_per_batch: int = 1  # mu
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    beta: float = 1e-3  # KL to the SFT policy (k3); 0 skips the reference pass
+    temperature: float = 0.9
+    aggregation: str = "token_mean"  # | "sequence_mean" | "sum_norm" (Dr. GRPO)
+    advantage_scale: str = "group"  # | "none" (Dr. GRPO: r - mean)
+    drop_equal_groups: bool = False  # drop tasks whose K rewards are all equal (no signal; fraction logged)
+
+    def __post_init__(self):
+        if self.samples_per_task < 2:
+            raise ValueError(
+                f"grpo.samples_per_task must be >= 2 (group-relative), got {self.samples_per_task}"
+            )
+        if min(self.tasks_per_step, self.steps_per_iteration, self.batch_size, self.updates_per_batch) < 1:
+            raise ValueError(f"grpo: tasks, steps, batch size and updates must be >= 1: {self}")
+        if self.aggregation not in ("token_mean", "sequence_mean", "sum_norm"):
+            raise ValueError(f"grpo.aggregation {self.aggregation!r}: token_mean, sequence_mean or sum_norm")
+        if self.advantage_scale not in ("group", "none"):
+            raise ValueError(f"grpo.advantage_scale {self.advantage_scale!r}: group or none")
+        if self.temperature <= 0 or self.beta < 0:
+            raise ValueError(f"grpo: temperature must be > 0 and beta >= 0: {self}")
+
+
+@dataclasses.dataclass(frozen=True)
 class RolloutSpec:
     """Sampling for exploration (evaluation is always greedy) and the rollout loop's shape."""
 
@@ -121,6 +169,7 @@ class ExperimentConfig:
     sft: SFTConfig = SFTConfig()
     dpo: DPOConfig = DPOConfig()
     rollout: RolloutSpec = RolloutSpec()
+    grpo: GRPOConfig = GRPOConfig()
     methods: tuple[str, ...] = ("sft", "eto", "coevo")
     iterations: int = 3
     seed: int = 0
@@ -156,7 +205,7 @@ class ExperimentConfig:
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> ExperimentConfig:
-        """From a ConfigDict/dict whose groups (env, model, sft, dpo, rollout) are mappings too."""
+        """From a ConfigDict/dict whose groups (env, model, sft, dpo, rollout, grpo) are mappings too."""
         config = _plain(config)
         groups = {
             "env": EnvConfig,
@@ -164,6 +213,7 @@ class ExperimentConfig:
             "sft": SFTConfig,
             "dpo": DPOConfig,
             "rollout": RolloutSpec,
+            "grpo": GRPOConfig,
         }
         fields = dict(config)
         for name, group_cls in groups.items():

@@ -13,6 +13,9 @@ and evaluates the new target policy.
 * `coevo_positive`: the failure agent replaced by a "positive agent" that learns as ETO does; the target
   agent's D_tgt uses the positive agent's episodes in its place.
 * `coevo_frozen`: the failure agent stays the SFT policy (it explores afresh every iteration, never trains).
+* `grpo` (ours; not in the paper, whose RL row is PPO): each iteration runs `grpo.steps_per_iteration`
+  GRPO steps (CoEvolve eq. 1, `experiment.grpo`) from the policy the last one ended with, the SFT target
+  policy at the start and as the KL reference.
 """
 
 from __future__ import annotations
@@ -158,6 +161,17 @@ def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "
     return history
 
 
+def run_grpo(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    current = SFT_TARGET
+    history = run_sft(stages, iterations, on_iteration)
+    for k in range(1, iterations + 1):
+        current, record = stages.train_grpo(f"grpo_it{k}_target", current, k)
+        entry = _iteration(k, stages.evaluate(current), train={"target": _train_summary(record)})
+        on_iteration(entry)
+        history.append(entry)
+    return history
+
+
 METHOD_RUNNERS = {
     "sft": run_sft,
     "rft": run_rft,
@@ -165,4 +179,5 @@ METHOD_RUNNERS = {
     "coevo": run_coevo,
     "coevo_positive": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_positive"),
     "coevo_frozen": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_frozen"),
+    "grpo": run_grpo,
 }

@@ -125,11 +125,11 @@ class PolicySetup:
             self.codec.end_of_turn_ids,
         )
 
-    def actor(self, params: dict, *, greedy: bool, seed: int) -> ModelActor:
-        """A fresh multi-turn actor sampling from `params`."""
+    def actor(self, params: dict, *, greedy: bool, seed: int, temperature: float | None = None) -> ModelActor:
+        """A fresh multi-turn actor sampling from `params` (`Programs.sampler` for `greedy`, `temperature`)."""
         spec = self.cfg.rollout
         return ModelActor(
-            self.programs.sampler(greedy),
+            self.programs.sampler(greedy, temperature),
             params,
             self.codec,
             num_groups=spec.groups,

@@ -1,8 +1,8 @@
 """The compiled programs both agents share: train steps and samplers, each built once per run.
 
 Both agents have one architecture and mesh, so a bundle of train steps is built once per (optimizer config,
-DPO beta) and each of the two samplers (greedy for evaluation, sampled for exploration) once; inside them
-jit compiles once per bucket shape.
+DPO beta) and each sampler (greedy for evaluation, sampled for exploration, sampled at GRPO's temperature)
+once; inside them jit compiles once per bucket shape.
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ from coevo_jax import sharding
 from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.models import ModelConfig
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
-from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+from coevo_jax.train import (
+    GRPOObjective,
+    ObjectiveConfig,
+    OptimizerConfig,
+    build_steps,
+    make_optimizer,
+    make_schedule,
+)
 from coevo_jax.train.state import state_shardings
 
 
@@ -42,7 +49,18 @@ class Programs:
     def _build_steps(self, optimizer: OptimizerConfig, beta: float):
         tx = make_optimizer(optimizer)
         shardings = state_shardings(self.model_cfg, tx, self.mesh, self.rules)
-        objective = ObjectiveConfig(beta=beta, sft_per_token=self.cfg.sft_per_token)
+        grpo = self.cfg.grpo
+        objective = ObjectiveConfig(
+            beta=beta,
+            sft_per_token=self.cfg.sft_per_token,
+            grpo=GRPOObjective(
+                clip_low=grpo.clip_low,
+                clip_high=grpo.clip_high,
+                beta=grpo.beta,
+                aggregation=grpo.aggregation,
+                temperature=grpo.temperature,
+            ),
+        )
         steps = build_steps(
             self.graphdef,
             tx,
@@ -55,19 +73,24 @@ class Programs:
         )
         return steps, tx, shardings
 
-    def sampler(self, greedy: bool) -> Sampler:
-        """The greedy (evaluation) or sampling (exploration) sampler, compiled once."""
-        if ("sampler", greedy) not in self.built:
-            self.built[("sampler", greedy)] = self._build_sampler(greedy)
-        return self.built[("sampler", greedy)]
+    def sampler(self, greedy: bool, temperature: float | None = None) -> Sampler:
+        """The greedy (evaluation) or sampling (exploration: `rollout.temperature` and `top_p`) sampler, or
+        with `temperature` one that samples the untruncated softmax(logits / temperature) (GRPO's rollouts,
+        whose log-probs the trainer must reproduce); each compiled once."""
+        key = ("sampler", greedy, None if greedy else temperature)
+        if key not in self.built:
+            self.built[key] = self._build_sampler(greedy, temperature)
+        return self.built[key]
 
-    def _build_sampler(self, greedy: bool) -> Sampler:
+    def _build_sampler(self, greedy: bool, temperature: float | None) -> Sampler:
         spec = self.cfg.rollout
-        sampling = SamplingConfig(
-            temperature=0.0 if greedy else spec.temperature,
-            top_p=1.0 if greedy else spec.top_p,
-            max_new_tokens=spec.max_new_tokens,
-        )
+        if greedy:
+            temperature, top_p = 0.0, 1.0
+        elif temperature is None:
+            temperature, top_p = spec.temperature, spec.top_p
+        else:
+            top_p = 1.0
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=spec.max_new_tokens)
         return Sampler(
             self.model_cfg.replace(dtype=self.cfg.model.sample_dtype),
             batch_size=spec.rows,

@@ -72,10 +72,13 @@ def play(
     seed: int,
     agent: str,
     iteration: int | None,
+    temperature: float | None = None,
 ) -> list[Trajectory]:
-    """Episodes of `params` on `task_ids` streamed to `path` (resumed if it exists); all of them returned."""
+    """Episodes of `params` on `task_ids` streamed to `path` (resumed if it exists); all of them returned.
+
+    `temperature` (GRPO) samples softmax(logits / temperature) without top-p, instead of `rollout`'s."""
     spec = setup.cfg.rollout
-    actor = setup.actor(params, greedy=greedy, seed=seed)
+    actor = setup.actor(params, greedy=greedy, seed=seed, temperature=temperature)
     trajectories, _ = run_rollouts(
         env_factory,
         actor,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from coevo_jax.data.pairs import PreferenceDataset
 from coevo_jax.data.records import Trajectory, read_trajectories
 from coevo_jax.envs.base import Environment
-from coevo_jax.experiment import phases, rollouts
+from coevo_jax.experiment import grpo, phases, rollouts
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.train import StepKind
@@ -201,6 +201,31 @@ class Stages:
             )
             self._keep(name, params)
             self.store.clear_scratch(stage)
+            return summary
+
+        record = self.store.stage(stage, run)
+        self._log_train(name, record)
+        return name, record
+
+    def train_grpo(self, name: str, start: str, iteration: int) -> tuple[str, dict]:
+        """Iteration `iteration`'s GRPO steps (`experiment.grpo`) from policy `start`, saved as `name`; the
+        KL term's reference is the SFT target policy."""
+        stage = f"train/{name}"
+
+        def run():
+            reference = self.params(SFT_TARGET) if self.setup.cfg.grpo.beta > 0 else None
+            params, summary = grpo.grpo_phase(
+                self.setup,
+                self.store,
+                stage,
+                self.params(start),
+                reference,
+                self.train_tasks,
+                self.env_factory,
+                iteration=iteration,
+                seed=self.seed,
+            )
+            self._keep(name, params)
             return summary
 
         record = self.store.stage(stage, run)

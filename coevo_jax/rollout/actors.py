@@ -14,6 +14,9 @@ returns at once, so the loop can step environments while the device decodes.
   The leading tokens that the first two episodes' prompts share (at least `MIN_SHARED_PREFIX`: the
   environment's instructions) are encoded once and copied into the cache of every episode that starts
   with them, so a new episode prefills only the rest of its prompt.
+  `trace(slot)` gives the episode's exact tokens (`TokenTrace`: the context as the sampler saw it, each
+  reply's kept tokens and the sampler's log-prob of each), which the rollout loop stores with the
+  trajectory for GRPO.
 * `ScriptedActor`: a Python function of the request (tests, expert replay, baselines).
 """
 
@@ -26,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from coevo_jax.data.records import Message
+from coevo_jax.data.records import Message, TokenTrace
 from coevo_jax.rollout.turns import TurnCodec
 from coevo_jax.sampling import STOP_SEQUENCE, STOP_TOKEN, Sampler
 
@@ -85,6 +88,7 @@ class _SlotContext:
     messages_seen: int
     reply_closed: bool = True
     reply_spans: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # [start, end) in tokens
+    reply_logprobs: list[float] = dataclasses.field(default_factory=list)  # the sampler's, per span token
 
 
 @jax.jit
@@ -142,6 +146,17 @@ class ModelActor:
         """The tokens the slot's current (or last) episode was conditioned on, and its replies' spans."""
         context = self._slots[slot]
         return list(context.tokens), list(context.reply_spans)
+
+    def trace(self, slot: int) -> TokenTrace | None:
+        """The exact tokens of the slot's current (or last) episode with the sampler's log-probs of its
+        replies; None when the slot has none (its episode ended at the context limit).
+
+        The rollout loop calls it from an environment thread once the slot's episode has ended, before the
+        slot's next request: the context is complete then and nothing else writes it."""
+        context = self._slots.get(slot)
+        if context is None:
+            return None
+        return TokenTrace(tuple(context.tokens), tuple(context.reply_spans), tuple(context.reply_logprobs))
 
     def _prepare(self, slot: int, request: TurnRequest) -> list[int] | None:
         """The slot's new chunk (and its context updated), or None when the context no longer fits."""
@@ -214,18 +229,30 @@ class ModelActor:
             tokens = np.asarray(result.tokens_BxN)
             counts = np.asarray(result.counts_B)
             reasons = np.asarray(result.reasons_B)
+            logprobs = np.asarray(result.logprobs_BxN)
             replies = dict.fromkeys(out_of_room)
             for slot in slots:
                 row = slot % self.rows
                 generated = tokens[row, : counts[row]].tolist()
                 self.generated_tokens += len(generated)
-                replies[slot] = self._accept(slot, generated, int(reasons[row]), len(chunks[row]))
+                replies[slot] = self._accept(
+                    slot,
+                    generated,
+                    logprobs[row, : counts[row]].tolist(),
+                    int(reasons[row]),
+                    len(chunks[row]),
+                )
             return replies
 
         return PendingReplies(finish)
 
-    def _accept(self, slot: int, generated: list[int], reason: int, chunk_len: int) -> str:
-        """Turns a row's generated tokens into the reply text and updates the slot's context and cache."""
+    def _accept(
+        self, slot: int, generated: list[int], logprobs: list[float], reason: int, chunk_len: int
+    ) -> str:
+        """Turns a row's generated tokens into the reply text and updates the slot's context and cache.
+
+        The tokens kept in the context are always a prefix of the generated ones, so their log-probs are
+        the sampler's first ones."""
         context = self._slots[slot]
         device_len = context.cached + chunk_len + len(generated) - 1  # the last token was never fed
         closed = reason == STOP_TOKEN
@@ -242,6 +269,7 @@ class ModelActor:
             text = self.codec.decode(content)
         kept = content + ([generated[-1]] if closed else [])
         context.reply_spans.append((len(context.tokens), len(context.tokens) + len(kept)))
+        context.reply_logprobs += logprobs[: len(kept)]
         context.tokens += kept
         context.cached = min(device_len, len(context.tokens))
         context.reply_closed = closed

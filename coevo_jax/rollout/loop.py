@@ -10,7 +10,8 @@ ETO's ReAct semantics (`coevo_jax.react`): a reply without `Action: ` gets the "
 observation and still spends a step; an episode ends when the environment says done (reward 1.0 for the
 built-in tasks), when it has used the task's step budget, or when the policy's context is full. The
 trajectory's reward is the environment's last score, and its `extra["metrics"]` the environment's
-`episode_metrics()` (when it has any). Finished episodes are streamed to a JSONL file;
+`episode_metrics()` (when it has any). An actor that records its tokens (`ModelActor.trace`) has them
+stored with the trajectory (`Trajectory.tokens`). Finished episodes are streamed to a JSONL file;
 episodes already in that file are skipped, so a rerun after a crash continues where it stopped.
 """
 
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory
+from coevo_jax.data.records import ASSISTANT, USER, Message, TokenTrace, Trajectory
 from coevo_jax.data.stream import TrajectoryStream
 from coevo_jax.envs.base import Environment, prompt_messages
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_observation, parse_action
@@ -88,10 +89,19 @@ def trajectory_id(env_name: str, task_id: str, cfg: RolloutConfig, sample: int) 
 
 
 class _Slots:
-    """The environments, episodes and task queue; `advance` runs in the pool (one job per slot at a time)."""
+    """The environments, episodes and task queue; `advance` runs in the pool (one job per slot at a time).
 
-    def __init__(self, envs: list[Environment], queue: collections.deque, cfg: RolloutConfig, sampling: dict):
-        self.envs, self.queue, self.cfg, self.sampling = envs, queue, cfg, sampling
+    `trace(slot)` is the actor's record of the slot's episode tokens (`ModelActor.trace`), or None."""
+
+    def __init__(
+        self,
+        envs: list[Environment],
+        queue: collections.deque,
+        cfg: RolloutConfig,
+        sampling: dict,
+        trace: Callable[[int], TokenTrace | None] = lambda slot: None,
+    ):
+        self.envs, self.queue, self.cfg, self.sampling, self.trace = envs, queue, cfg, sampling, trace
         self.episodes: list[_Episode | None] = [None] * len(envs)
         self.lock = threading.Lock()
 
@@ -170,6 +180,7 @@ class _Slots:
                 "invalid_format": episode.invalid_format,
                 **({"metrics": metrics} if metrics else {}),
             },
+            tokens=self.trace(slot) if episode.reason != "context_limit" else None,
         )
 
 
@@ -196,7 +207,7 @@ def run_rollouts(
             w for w in wanted if trajectory_id(env_name, w[0], cfg, w[1]) not in done_ids
         )
         stats.skipped = len(wanted) - len(queue)
-        slots = _Slots(envs, queue, cfg, actor.sampling_info())
+        slots = _Slots(envs, queue, cfg, actor.sampling_info(), getattr(actor, "trace", lambda slot: None))
         progress = tqdm(
             total=len(wanted),
             initial=stats.skipped,

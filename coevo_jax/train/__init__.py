@@ -1,7 +1,7 @@
-"""Training of one policy at a time: state, optimizer, objectives (eq. 3/5, 7, 9), jitted steps."""
+"""Training of one policy at a time: state, optimizer, objectives (eq. 3/5, 7, 9, GRPO), jitted steps."""
 
 from coevo_jax.train.metrics import MetricsLog
-from coevo_jax.train.objectives import ObjectiveConfig
+from coevo_jax.train.objectives import GRPOObjective, ObjectiveConfig
 from coevo_jax.train.optim import OptimizerConfig, dpo_config, make_optimizer, make_schedule
 from coevo_jax.train.reference import reference_logprobs
 from coevo_jax.train.state import (
@@ -16,6 +16,7 @@ from coevo_jax.train.state import (
 from coevo_jax.train.steps import PolicySteps, StepKind, build_steps
 
 __all__ = [
+    "GRPOObjective",
     "MetricsLog",
     "ObjectiveConfig",
     "OptimizerConfig",

@@ -2,13 +2,16 @@
 
 * `sft_objective`: eq. 3 in its token form eq. 5, behavioural cloning (base policies, RFT);
 * `dpo_objective`: eq. 7, DPO (the failure agent on D_fail; ETO and the positive agent on expert pairs);
-* `coevo_objective`: eq. 9, per-pair weighted DPO plus auxiliary SFT on the chosen side (the target agent).
+* `coevo_objective`: eq. 9, per-pair weighted DPO plus auxiliary SFT on the chosen side (the target agent);
+* `grpo_objective`: GRPO (CoEvolve eq. 1), the clipped surrogate on sampled episodes with a k3 KL penalty
+  to a reference, log-probs of the temperature-scaled distribution the sampler drew from.
 
 Each takes the decoder, one micro-batch, the whole batch's normaliser, the static settings and a dropout key
 (the LoRA adapters' dropout; None in passes that must be deterministic, like the reference log-probs), and
 returns (this micro-batch's share of the batch loss, metric sums). The share is a *sum* over the
-micro-batch divided by the whole batch's normaliser (action tokens for eq. 3/5, valid pairs for eq. 7/9), so
-adding the shares and their gradients over micro-batches gives exactly the full-batch mean.
+micro-batch divided by the whole batch's normaliser (action tokens for eq. 3/5, valid pairs for eq. 7/9,
+GRPO's aggregation denominator), so adding the shares and their gradients over micro-batches gives exactly
+the full-batch mean.
 
 Batches are in device layout (`coevo_jax.sharding.device_layout`), one micro-batch at a time: sequence
 entries [R, L]; DPO rows in `collate_dpo`'s layout (chosen_0, rejected_0, chosen_1, ...), per-pair entries [P].
@@ -27,21 +30,47 @@ from coevo_jax.models import Decoder
 
 
 @dataclasses.dataclass(frozen=True)
+class GRPOObjective:
+    """Static GRPO loss settings (`losses.grpo_loss`) and the sampling temperature its log-probs are of.
+
+    `beta` 0 drops the KL term, and with it the reference log-probs from the batch (no reference pass)."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    beta: float = 1e-3
+    aggregation: str = "token_mean"
+    temperature: float = 0.9
+
+    def __post_init__(self):
+        if self.aggregation not in losses.GRPO_AGGREGATIONS:
+            raise ValueError(f"aggregation {self.aggregation!r} not in {losses.GRPO_AGGREGATIONS}")
+        if self.temperature <= 0 or self.beta < 0 or not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            raise ValueError(f"invalid GRPO settings: {self}")
+
+
+@dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
-    """Static loss settings: DPO beta, eq. 9 SFT normalisation, log-prob chunk length (tokens per row)."""
+    """Static loss settings: DPO beta, eq. 9 SFT normalisation, log-prob chunk length (tokens per row),
+    GRPO's settings."""
 
     beta: float = 0.1
     sft_per_token: bool = True
     logprob_chunk_size: int = 1024
+    grpo: GRPOObjective = GRPOObjective()
 
 
-def token_logprobs(model: Decoder, batch: dict, chunk_size: int, dropout_key=None) -> jax.Array:
-    """log pi(targets | prefix) per position, [R, L] float32, memory-lean per row."""
+def token_logprobs(
+    model: Decoder, batch: dict, chunk_size: int, dropout_key=None, temperature: float = 1.0
+) -> jax.Array:
+    """log pi(targets | prefix) per position, [R, L] float32, memory-lean per row; with `temperature`, of
+    softmax(logits / temperature)."""
     hidden_RxLxD = model.hidden_states(batch["input_ids"], batch["attention_mask"], dropout_key)
     unembed_DxV = model.unembedding
     # `chunk_size` is per row: every chunk of the scan holds chunk_size positions of all rows at once.
     tokens_per_chunk = chunk_size * hidden_RxLxD.shape[0]
-    return losses.token_logprobs_from_hidden(hidden_RxLxD, unembed_DxV, batch["targets"], tokens_per_chunk)
+    return losses.token_logprobs_from_hidden(
+        hidden_RxLxD, unembed_DxV, batch["targets"], tokens_per_chunk, temperature=temperature
+    )
 
 
 def pair_logprobs(
@@ -114,3 +143,44 @@ def coevo_objective(
     # The paper calls eq. 9 L_target; results.json records it as `final_target_loss`.
     sums["target_loss_sum"] = jax.lax.stop_gradient(out.loss_sum)
     return out.loss_sum / total_pairs, sums
+
+
+GRPO_METRICS = (
+    "ratio",
+    "abs_log_ratio",
+    "kl",
+    "pg_loss",
+    "clip_fraction",
+    "clip_fraction_low",
+    "clip_fraction_high",
+)
+
+
+def grpo_objective(
+    model: Decoder, batch: dict, normaliser: jax.Array, cfg: ObjectiveConfig, dropout_key=None
+):
+    """GRPO: the micro-batch's summed per-token loss / the whole batch's aggregation denominator.
+
+    Log-probs are of softmax(logits / `cfg.grpo.temperature`), the distribution the sampler drew the
+    tokens from, so that before any update the ratio to the sampler's `old_logps` is 1 up to numerics.
+    Metric sums are per action token (divided by the batch's `token_count` afterwards).
+    """
+    grpo = cfg.grpo
+    logps = token_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key, grpo.temperature)
+    loss, metrics = losses.grpo_loss(
+        logps,
+        batch["old_logps"],
+        batch["ref_logps"] if grpo.beta > 0 else None,
+        batch["advantages"],
+        batch["loss_mask"],
+        clip_low=grpo.clip_low,
+        clip_high=grpo.clip_high,
+        beta=grpo.beta,
+        aggregation=grpo.aggregation,
+        normaliser=normaliser,
+    )
+    count = metrics["token_count"]
+    sums = {f"{name}_sum": metrics[name] * count for name in GRPO_METRICS}
+    sums["token_count"] = count
+    sums["episode_count"] = jnp.sum(batch["example_mask"].astype(jnp.float32))
+    return loss, sums

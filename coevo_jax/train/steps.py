@@ -39,12 +39,25 @@ from coevo_jax.sharding import (
     compute_shardings,
     replicated,
 )
-from coevo_jax.train.objectives import ObjectiveConfig, coevo_objective, dpo_objective, sft_objective
-from coevo_jax.train.reference import reference_logprobs
+from coevo_jax.train.objectives import (
+    ObjectiveConfig,
+    coevo_objective,
+    dpo_objective,
+    grpo_objective,
+    sft_objective,
+)
+from coevo_jax.train.reference import reference_logprobs, reference_token_logprobs
 from coevo_jax.train.state import TrainState
 
 SFT_KEYS = (*SEQUENCE_KEYS, "example_mask")
 DPO_KEYS = (*SEQUENCE_KEYS, *PAIR_KEYS)
+TOKEN_KEYS = (*SEQUENCE_KEYS, "old_logps", "ref_logps")  # [K, rows, L] entries; the rest are [K, rows]
+
+
+def grpo_keys(beta: float) -> tuple[str, ...]:
+    """A GRPO batch's entries; with `beta` 0 it carries no reference log-probs (no reference pass)."""
+    return (*SEQUENCE_KEYS, "old_logps", "advantages", "example_mask", *(("ref_logps",) if beta > 0 else ()))
+
 
 Objective = Callable  # (model, micro_batch, normaliser, ObjectiveConfig, dropout key) -> (loss share, sums)
 _DROPOUT_SEED = 0  # the LoRA dropout key of update `step` is fold_in(key(_DROPOUT_SEED), step)
@@ -58,6 +71,21 @@ def sft_normaliser(batch: dict) -> jax.Array:
 def pair_normaliser(batch: dict) -> jax.Array:
     """Valid pairs of the whole batch: the denominator of eq. 7 and eq. 9."""
     return jnp.maximum(jnp.sum(batch["pair_mask"].astype(jnp.float32)), 1.0)
+
+
+def grpo_normaliser(aggregation: str) -> Callable[[dict], jax.Array]:
+    """The whole batch's denominator of `losses.grpo_loss`'s `aggregation`: action tokens ("token_mean",
+    as SFT), rows with an action token ("sequence_mean"), or rows x length ("sum_norm")."""
+
+    def normaliser(batch: dict) -> jax.Array:
+        mask = batch["loss_mask"].astype(jnp.float32)
+        if aggregation == "token_mean":
+            return jnp.maximum(jnp.sum(mask), 1.0)
+        if aggregation == "sequence_mean":
+            return jnp.maximum(jnp.sum((jnp.sum(mask, axis=-1) > 0).astype(jnp.float32)), 1.0)
+        return jnp.asarray(float(mask.size), jnp.float32)
+
+    return normaliser
 
 
 def accumulate_gradients(
@@ -120,6 +148,21 @@ def _pair_metrics(sums: dict) -> dict:
     return out
 
 
+def _grpo_metrics(sums: dict) -> dict:
+    tokens = jnp.maximum(sums["token_count"], 1.0)
+    out = {k.removesuffix("_sum"): v / tokens for k, v in sums.items() if k.endswith("_sum")}
+    out.update(loss_tokens=sums["token_count"], episodes=sums["episode_count"])
+    return out
+
+
+def _metrics(sums: dict) -> dict:
+    if "pair_count" in sums:
+        return _pair_metrics(sums)
+    if "episode_count" in sums:
+        return _grpo_metrics(sums)
+    return {"loss_tokens": sums["token_count"]}
+
+
 def train_step(
     state: TrainState,
     batch: dict,
@@ -161,7 +204,7 @@ def train_step(
     new_state = TrainState(
         step=state.step + 1, params=optax.apply_updates(state.params, updates), opt_state=opt_state
     )
-    metrics = _pair_metrics(sums) if "pair_count" in sums else {"loss_tokens": sums["token_count"]}
+    metrics = _metrics(sums)
     metrics.update(
         loss=loss,
         grad_norm=optax.global_norm(grads),
@@ -220,30 +263,35 @@ class JittedTrainStep(JittedStep):
 
 
 class StepKind(enum.Enum):
-    """The three train steps, one per training equation of the paper (the value names the step)."""
+    """The train steps, one per training equation (the value names the step)."""
 
     SFT = "sft"  # eq. 3 (token form eq. 5): behavioural cloning; base policies and RFT
     DPO = "dpo"  # eq. 7: DPO; the failure agent on D_fail, ETO and the positive agent on expert pairs
     COEVO = "coevo"  # eq. 9: per-pair weighted DPO + SFT on the chosen side; the target agent on D_tgt
+    GRPO = "grpo"  # CoEvolve eq. 1: clipped surrogate + k3 KL on sampled episodes (the `grpo` method)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PolicySteps:
     """The compiled programs shared by the policies of one architecture on one mesh.
 
-    `sft` (eq. 3/5), `dpo` (eq. 7) and `coevo` (eq. 9) map (TrainState, batch, frozen) -> (TrainState,
-    metrics) and donate the state; `reference` maps the whole policy's (params, batch) -> (chosen,
-    rejected) log-probs [K, P], deterministically (no dropout).
+    `sft` (eq. 3/5), `dpo` (eq. 7), `coevo` (eq. 9) and `grpo` map (TrainState, batch, frozen) ->
+    (TrainState, metrics) and donate the state; `reference` maps the whole policy's (params, batch) ->
+    (chosen, rejected) log-probs [K, P] and `grpo_reference` to per-token log-probs [K, R, L] at GRPO's
+    temperature, deterministically (no dropout).
     """
 
     sft: JittedTrainStep
     dpo: JittedTrainStep
     coevo: JittedTrainStep
+    grpo: JittedTrainStep
     reference: JittedStep
+    grpo_reference: JittedStep
 
     def step(self, kind: StepKind) -> JittedTrainStep:
         """The train step of `kind`."""
-        return {StepKind.SFT: self.sft, StepKind.DPO: self.dpo, StepKind.COEVO: self.coevo}[kind]
+        steps = {StepKind.SFT: self.sft, StepKind.DPO: self.dpo, StepKind.COEVO: self.coevo}
+        return {**steps, StepKind.GRPO: self.grpo}[kind]
 
 
 def _frozen_part(param_shardings: dict, trainable_shardings: dict) -> dict:
@@ -254,7 +302,7 @@ def _frozen_part(param_shardings: dict, trainable_shardings: dict) -> dict:
 
 
 def _batch_shardings(keys: tuple[str, ...], mesh: Mesh, rules: ShardingRules) -> dict[str, NamedSharding]:
-    ndim = lambda key: 3 if key in SEQUENCE_KEYS else 2
+    ndim = lambda key: 3 if key in TOKEN_KEYS else 2
     return {key: NamedSharding(mesh, batch_spec(ndim(key), rules)) for key in keys}
 
 
@@ -270,7 +318,8 @@ def build_steps(
     param_shardings: dict | None = None,
     return_grads: bool = False,
 ) -> PolicySteps:
-    """Jits the three train steps and the reference pass with explicit shardings (state donated).
+    """Jits the train steps and the reference passes with explicit shardings (state donated); each
+    compiles on first use, once per bucket shape.
 
     `param_shardings` are those of all the policy's parameters (`train.state.policy_shardings`); they
     default to the state's, which is right without LoRA. With `return_grads` the step metrics also carry
@@ -317,9 +366,23 @@ def build_steps(
         in_shardings=(param_shardings, _batch_shardings(SEQUENCE_KEYS, mesh, rules)),
         out_shardings=(pair_sharding, pair_sharding),
     )
+    grpo_reference = jax.jit(
+        functools.partial(
+            reference_token_logprobs,
+            graphdef=graphdef,
+            cfg=cfg,
+            mesh=mesh,
+            rules=rules,
+            compute_shardings=weights_for_compute,
+        ),
+        in_shardings=(param_shardings, _batch_shardings(SEQUENCE_KEYS, mesh, rules)),
+        out_shardings=NamedSharding(mesh, batch_spec(3, rules)),
+    )
     return PolicySteps(
         sft=jit_step(sft_objective, sft_normaliser, SFT_KEYS),
         dpo=jit_step(dpo_objective, pair_normaliser, DPO_KEYS),
         coevo=jit_step(coevo_objective, pair_normaliser, DPO_KEYS),
+        grpo=jit_step(grpo_objective, grpo_normaliser(cfg.grpo.aggregation), grpo_keys(cfg.grpo.beta)),
         reference=JittedStep(reference, SEQUENCE_KEYS),
+        grpo_reference=JittedStep(grpo_reference, SEQUENCE_KEYS),
     )

@@ -10,6 +10,8 @@ start but not to the held-back ones), without BFCL's file locks, which write int
 Splits are ours (BFCL has none): a task's number n (`multi_turn_base_<n>`) is in `test` when n % 4 == 3 and
 in `train` otherwise, the same numbers in every category (the four categories are variants of the same 200
 scenarios, so a scenario never sits on both sides): 150 train and 50 test tasks per category.
+`all` holds every task of the category: CoEvolve's protocol evaluates on all 200 of multi_turn_base (and
+trains on tasks it synthesizes), so a run under that protocol sets `eval_splits=("all",)`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ CATEGORIES = (
     "multi_turn_miss_param",
     "multi_turn_long_context",
 )
-SPLITS = ("train", "test")
+SPLITS = ("train", "test", "all")  # "all": every task, CoEvolve's protocol (all of multi_turn_base as test)
 TEST_EVERY = 4  # task number n is a test task when n % TEST_EVERY == TEST_EVERY - 1
 PYTHON_HINT = (
     " Note that the provided function is in Python 3 syntax."  # BFCL's `_get_language_specific_hint`
@@ -203,5 +205,5 @@ def task_number(task_id: str) -> int:
 
 
 def split_of(task_id: str) -> str:
-    """Our split of a task (see the module docstring)."""
+    """Our split of a task, train or test (see the module docstring)."""
     return "test" if task_number(task_id) % TEST_EVERY == TEST_EVERY - 1 else "train"

@@ -2,7 +2,7 @@
 
 `envs.make("bfcl", category="multi_turn_base")`; `category` is one of BFCL's four multi-turn categories
 (`data.CATEGORIES`, 200 tasks each) and task ids are BFCL's own (`multi_turn_base_0`, ...). The splits,
-`train` (150) and `test` (50), are ours (`data`): BFCL has none.
+`train` (150) and `test` (50), are ours (`data`): BFCL has none; `all` (200) is CoEvolve's protocol.
 
 An episode is one task, turn by turn:
 - the task text lists the functions of the task's classes (`docs="compact"` signatures, or BFCL's `"full"`
@@ -123,6 +123,8 @@ class BfclEnv(Environment):
     def tasks(self, split: str) -> list[str]:
         if split not in SPLITS:
             raise ValueError(f"bfcl: unknown split {split!r}; splits: {', '.join(SPLITS)}")
+        if split == "all":
+            return list(self._tasks)
         return [task_id for task_id in self._tasks if split_of(task_id) == split]
 
     def add_tasks(self, specs: Iterable[TaskSpec]) -> None:

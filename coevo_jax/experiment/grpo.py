@@ -1,0 +1,260 @@
+"""GRPO in the main job: one resumable phase per iteration, each `grpo.steps_per_iteration` GRPO steps.
+
+A GRPO step (CoEvolve eq. 1, settings in `config.GRPOConfig`):
+
+1. draws `tasks_per_step` train tasks (seeded by the run seed and the step, without replacement);
+2. samples K episodes of each with the current policy at `grpo.temperature` (no top-p). The actor records
+   every episode's exact token ids and the sampler's log-prob of each sampled token (`Trajectory.tokens`);
+3. computes each task's group-relative advantages (`losses.group_advantages`) over its usable episodes
+   (episodes that ended in an environment error or at the context limit are left out), logs the fraction
+   of groups whose rewards are all equal (no signal) and, with `drop_equal_groups`, drops them;
+4. trains on the episodes' recorded ids (`batching.sampled_sequence`, never re-tokenised): length-bucketed
+   batches of `batch_size` episodes, each scored once by the reference (the SFT policy; skipped when
+   `beta` is 0) and updated `updates_per_batch` (mu) times by the `StepKind.GRPO` step. The sampler's
+   log-probs are the importance ratio's old log-probs, so a batch's first update has ratio 1 up to the
+   sampler/trainer numerics (logged per step as `first_abs_log_ratio`).
+
+One AdamW state (constant lr) carries over all steps and iterations: it is checkpointed with the step count
+after every step under `<workdir>/grpo/state`, with the per-step records in `<workdir>/grpo/history.json`,
+so a killed run resumes at its last finished step; the interrupted step's rollout file resumes too.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from coevo_jax import checkpoints, losses
+from coevo_jax.data.batching import collate_grpo, plan_batches, sampled_sequence
+from coevo_jax.data.records import Trajectory
+from coevo_jax.envs.base import Environment
+from coevo_jax.experiment import rollouts
+from coevo_jax.experiment.config import GRPOConfig
+from coevo_jax.experiment.phases import _buckets, _place
+from coevo_jax.experiment.policy import PolicySetup
+from coevo_jax.experiment.store import RunStore, read_json, write_json_atomic
+from coevo_jax.models import combine_trainable, partition_trainable
+from coevo_jax.train import OptimizerConfig, StepKind, abstract_state, train_state_from_params
+
+STATE_DIR = os.path.join("grpo", "state")
+HISTORY_FILE = os.path.join("grpo", "history.json")
+LOGGED_UPDATE_METRICS = ("loss", "ratio", "kl", "pg_loss", "clip_fraction", "grad_norm", "learning_rate")
+
+
+def step_tasks(train_tasks: Sequence[str], tasks_per_step: int, seed: int, step: int) -> list[str]:
+    """The tasks of GRPO step `step` (0-based): a seeded draw without replacement, in train-split order."""
+    count = min(tasks_per_step, len(train_tasks))
+    chosen = np.random.default_rng([seed, step]).choice(len(train_tasks), count, replace=False)
+    return [train_tasks[i] for i in sorted(chosen.tolist())]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupStats:
+    """What one step's groups (a task's K episodes) gave: counts of groups, episodes, and what was dropped."""
+
+    groups: int
+    equal_reward_groups: int  # all rewards equal: zero advantages, no policy-gradient signal
+    dropped_groups: int  # equal-reward groups left out (`drop_equal_groups`)
+    episodes: int
+    unusable_episodes: int  # environment error or context limit: not in any group
+    trained_episodes: int
+    over_long_dropped: int  # prompt plus first reply longer than max_length
+
+    @property
+    def equal_reward_fraction(self) -> float:
+        return self.equal_reward_groups / max(self.groups, 1)
+
+    def to_dict(self) -> dict[str, float]:
+        return {**dataclasses.asdict(self), "equal_reward_fraction": self.equal_reward_fraction}
+
+
+def grpo_examples(
+    trajectories: Sequence[Trajectory], cfg: GRPOConfig, max_length: int
+) -> tuple[list, GroupStats]:
+    """The training rows of one step (`SampledSequence`s with their group-relative advantages) and stats."""
+    groups: dict[str, list[Trajectory]] = collections.defaultdict(list)
+    usable = [t for t in trajectories if rollouts.is_usable(t) and t.tokens is not None]
+    for trajectory in usable:
+        groups[trajectory.task_id].append(trajectory)
+    examples, equal, dropped, over_long = [], 0, 0, 0
+    for members in groups.values():
+        rewards = np.asarray([[t.reward for t in members]], np.float32)
+        if np.all(rewards == rewards[0, 0]):
+            equal += 1
+            if cfg.drop_equal_groups:
+                dropped += 1
+                continue
+        advantages = np.asarray(losses.group_advantages(rewards, scale=cfg.advantage_scale))[0]
+        for trajectory, advantage in zip(members, advantages, strict=True):
+            example = sampled_sequence(trajectory, float(advantage), max_length=max_length)
+            if example is None:
+                over_long += 1
+            else:
+                examples.append(example)
+    stats = GroupStats(
+        groups=len(groups),
+        equal_reward_groups=equal,
+        dropped_groups=dropped,
+        episodes=len(trajectories),
+        unusable_episodes=len(trajectories) - len(usable),
+        trained_episodes=len(examples),
+        over_long_dropped=over_long,
+    )
+    return examples, stats
+
+
+def _optimizer(cfg: GRPOConfig) -> OptimizerConfig:
+    return OptimizerConfig(
+        learning_rate=cfg.learning_rate, schedule="constant", warmup_steps=cfg.warmup_steps
+    )
+
+
+def _train_on(setup: PolicySetup, steps, state, frozen, reference, examples, seed: int):
+    """Updates on one step's examples: (state, host metrics of the first and of the last update, updates)."""
+    cfg = setup.cfg.grpo
+    pad = setup.tokenizer.pad_token_id
+    step_fn = steps.step(StepKind.GRPO)
+    plan = plan_batches([len(e) for e in examples], cfg.batch_size, _buckets(setup), seed=seed)
+    metrics = []
+    for length, indices in plan:
+        batch = collate_grpo(
+            [examples[i] for i in indices], length=length, batch_size=cfg.batch_size, pad_id=pad
+        )
+        placed = _place(setup, batch)
+        if cfg.beta > 0:  # beta 0: no reference pass at all
+            placed["ref_logps"] = steps.grpo_reference(reference, placed)
+        for _ in range(cfg.updates_per_batch):
+            state, update = step_fn(state, placed, frozen)
+            metrics.append(update)
+    first, last = ({k: float(v) for k, v in m.items()} for m in jax.device_get([metrics[0], metrics[-1]]))
+    return state, first, last, len(metrics)
+
+
+def grpo_phase(
+    setup: PolicySetup,
+    store: RunStore,
+    name: str,
+    start_params: dict,
+    reference_params: dict | None,
+    train_tasks: Sequence[str],
+    env_factory: Callable[[], Environment],
+    *,
+    iteration: int,
+    seed: int,
+) -> tuple[dict, dict]:
+    """GRPO steps (iteration - 1) * S + 1 ... iteration * S (S = `grpo.steps_per_iteration`) from
+    `start_params` (the SFT target at iteration 1; later iterations continue the saved GRPO state, which
+    holds the same parameters), with the KL to `reference_params` (None when `grpo.beta` is 0). Returns
+    (new params, summary with this iteration's per-step records as its `history`)."""
+    cfg, grpo = setup.cfg, setup.cfg.grpo
+    first_step, last_step = (iteration - 1) * grpo.steps_per_iteration, iteration * grpo.steps_per_iteration
+    steps, tx, shardings = setup.programs.steps(_optimizer(grpo), 0.0)
+    manager = checkpoints.make_manager(os.path.join(store.workdir, STATE_DIR), max_to_keep=1)
+    history_path = os.path.join(store.workdir, HISTORY_FILE)
+    trainable, frozen = partition_trainable(start_params, setup.model_cfg)
+    done = manager.latest_step()
+    if done is not None and done > last_step:
+        raise ValueError(f"{manager.directory}: GRPO state at step {done} is past iteration {iteration}")
+    if done is not None and done >= first_step:
+        state, _ = checkpoints.restore(
+            manager, abstract_state(setup.model_cfg, tx, shardings), base=setup.base_fingerprint
+        )
+    elif first_step == 0:
+        state, done = train_state_from_params(jax.tree.map(jnp.copy, trainable), tx, shardings), 0
+    else:
+        raise FileNotFoundError(f"{manager.directory}: no GRPO state at step {first_step} to continue from")
+    # records past the restored step belong to a step that did not reach its checkpoint: it is redone
+    history = read_json(history_path)[:done] if os.path.exists(history_path) else []
+    progress = tqdm(
+        total=last_step - first_step,
+        initial=done - first_step,
+        desc=name,
+        unit="GRPO step",
+        disable=not cfg.show_progress,
+    )
+    try:
+        for step in range(done, last_step):
+            state, record = _one_step(
+                setup,
+                store,
+                steps,
+                state,
+                frozen,
+                reference_params,
+                train_tasks,
+                env_factory,
+                step,
+                iteration,
+                seed,
+            )
+            history.append(record)
+            write_json_atomic(history_path, history)
+            position = checkpoints.LoopPosition(epoch=0, phase="grpo", step=step + 1)
+            checkpoints.save(manager, step + 1, state, position, base=setup.base_fingerprint)
+            manager.wait_until_finished()
+            progress.set_postfix(reward=f"{record['reward']:.3f}", updates=record["updates"])
+            progress.update(1)
+    finally:
+        progress.close()
+        manager.wait_until_finished()
+        manager.close()
+    own = [record for record in history if first_step < record["step"] <= last_step]
+    return combine_trainable(state.params, frozen), _summary(grpo, own)
+
+
+def _one_step(setup, store, steps, state, frozen, reference, train_tasks, env_factory, step, iteration, seed):
+    """Rollouts of GRPO step `step` (0-based) with the current policy, then its updates: (state, record)."""
+    grpo = setup.cfg.grpo
+    trajectories = rollouts.play(
+        setup,
+        combine_trainable(state.params, frozen),
+        env_factory,
+        step_tasks(train_tasks, grpo.tasks_per_step, seed, step),
+        store.path("rollouts", f"grpo_step{step + 1}_explore.jsonl"),
+        greedy=False,
+        samples_per_task=grpo.samples_per_task,
+        seed=rollouts.stage_seed(seed, f"grpo/step{step + 1}"),
+        agent="target",
+        iteration=iteration,
+        temperature=grpo.temperature,
+    )
+    examples, stats = grpo_examples(trajectories, grpo, setup.cfg.max_length)
+    summary = rollouts.summarize(trajectories)
+    record = {"step": step + 1, "reward": summary["avg_reward"], "success_rate": summary["success_rate"]}
+    record.update(stats.to_dict(), updates=0)
+    if examples:
+        state, first, last, updates = _train_on(
+            setup, steps, state, frozen, reference, examples, seed * 1000 + step
+        )
+        record.update(updates=updates, first_ratio=first["ratio"], first_abs_log_ratio=first["abs_log_ratio"])
+        record.update({k: last[k] for k in LOGGED_UPDATE_METRICS})
+    return state, record
+
+
+def _summary(grpo: GRPOConfig, history: list[dict]) -> dict:
+    """An iteration's record: its steps, episodes, mean reward, updates, the last step's metrics, history."""
+    episodes = sum(record["episodes"] for record in history)
+    weighted = lambda key: sum(r[key] * r["episodes"] for r in history) / max(episodes, 1)
+    summary = {
+        "steps": len(history),
+        "updates": sum(record["updates"] for record in history),
+        "episodes": episodes,
+        "avg_reward": weighted("reward"),
+        "success_rate": weighted("success_rate"),
+        "equal_reward_fraction": sum(r["equal_reward_groups"] for r in history)
+        / max(sum(r["groups"] for r in history), 1),
+        "learning_rate": grpo.learning_rate,
+        "beta": grpo.beta,
+    }
+    trained = [record for record in history if record["updates"]]
+    if trained:
+        summary.update({f"final_{k}": trained[-1][k] for k in LOGGED_UPDATE_METRICS})
+    summary["history"] = history
+    return summary
