@@ -223,7 +223,8 @@ def pool_makeup_figure(results: Mapping) -> Figure:
         ax.set_xlabel("GRPO step (round after it)")
         ax.set_xticks(steps)
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize="small")
+        if ax.get_legend_handles_labels()[0]:  # an empty pool has no bars
+            ax.legend(fontsize="small")
     axes[0].set_ylabel("tasks in the pool")
     figure.suptitle(f"CoEvolve task pool by provenance ({results.get('env', '?')})")
     return figure
