@@ -193,8 +193,8 @@ def run_coevolve(stages: Stages, iterations: int, on_iteration, *, method: str =
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
         current, record = stages.train_grpo(f"{method}_it{k}_target", current, k, run=loop)
-        for entry in record["rounds"]:
-            stages.on_scalars(f"coevolve/{method}", entry["step"], coevolve_loop.round_scalars(entry))
+        for done in record["rounds"]:
+            stages.on_scalars(f"coevolve/{method}", done["step"], coevolve_loop.round_scalars(done))
         entry = _iteration(k, stages.evaluate(current), train={"target": _train_summary(record)})
         entry["coevolve"] = record["rounds"]
         on_iteration(entry)

@@ -213,7 +213,7 @@ class Stages:
         """Iteration `iteration`'s GRPO steps (`experiment.grpo`) of `run` (default: the `grpo` method's, on
         the train tasks) from policy `start`, saved as `name`; the KL term's reference is the SFT target."""
         stage = f"train/{name}"
-        run = run or grpo.FixedTasks(self.train_tasks, self.env_factory)
+        run = grpo.FixedTasks(self.train_tasks, self.env_factory) if run is None else run
 
         def run_stage():
             reference = self.params(SFT_TARGET) if self.setup.cfg.grpo.beta > 0 else None
