@@ -89,6 +89,19 @@ def get_config(variant: str = "") -> ConfigDict:
     config.grpo.temperature = 0.9
     config.grpo.drop_equal_groups = False
 
+    config.coevolve = ConfigDict()  # the CoEvolve methods: a round after every GRPO step, 4 signals x 1 run
+    config.coevolve.every_steps = 1
+    config.coevolve.signals = ("forgetting", "boundary", "rare")
+    config.coevolve.window = 3
+    config.coevolve.theta = 5.0
+    config.coevolve.min_seen = 8  # rollouts before a pattern can be rare (one step of 2 tasks x 4 samples)
+    config.coevolve.max_signals = 4
+    config.coevolve.explorations_per_signal = 1
+    config.coevolve.exploration_steps = 12
+    config.coevolve.min_solution_steps = 3
+    config.coevolve.verify = True
+    config.coevolve.guided = True
+
     config.rollout = ConfigDict()
     config.rollout.temperature = 1.0
     config.rollout.max_new_tokens = 16

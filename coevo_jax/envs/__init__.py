@@ -10,7 +10,13 @@ import importlib
 import inspect
 from collections.abc import Callable
 
-from coevo_jax.envs.base import Environment, ExpertStep, prompt_messages, record_expert_trajectory
+from coevo_jax.envs.base import (
+    Environment,
+    ExpertStep,
+    TaskSpec,
+    prompt_messages,
+    record_expert_trajectory,
+)
 
 _REGISTRY: dict[str, str | Callable[..., Environment]] = {
     "bfcl": "coevo_jax.envs.bfcl:BfclEnv",
@@ -60,6 +66,7 @@ def make(name: str, **kwargs) -> Environment:
 __all__ = [
     "Environment",
     "ExpertStep",
+    "TaskSpec",
     "check_kwargs",
     "factory",
     "make",

@@ -8,18 +8,61 @@ score so far in [0, 1] (the trajectory's reward r(u, e) is the last one returned
 environment's raw text (the loop adds `Observation: `). `expert_trajectories(split, limit)` gives the expert
 demonstrations a run clones (SFT) and pairs against (ETO, eq. 8), each replayed through the environment with
 `record_expert_trajectory`, so its reward is the environment's own.
+
+`add_tasks(specs)` gives an environment tasks beyond its own splits (CoEvolve's synthesized tasks): each a
+`TaskSpec`, a JSON-able id, task text, initial state and reference solution that the environment reads into
+its own task form, after which `reset(spec.task_id)` plays it like any other task. Added tasks are in no split.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from coevo_jax.data.records import ASSISTANT, ETO_ACK, USER, Message, Trajectory
 from coevo_jax.react import OBSERVATION_PREFIX, format_observation, format_reply
 
 StepResult = tuple[str, float, bool, dict]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task given to an environment at run time: everything it needs to `reset` to it, as JSON values.
+
+    `instruction` is the request in words (the question; BFCL's turns are in `state`); `state` is the
+    environment's own description of the start and of what completes the task (a world and its subgoals, a
+    database and its gold query, BFCL's backend configuration, turns and ground truth); `solution` is a
+    reference solution, the parsed actions that complete it.
+    """
+
+    task_id: str
+    instruction: str
+    state: Mapping[str, object]
+    solution: tuple[str, ...]
+    env: str = field(default="")
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "task_id": self.task_id,
+            "env": self.env,
+            "instruction": self.instruction,
+            "state": self.state,
+            "solution": list(self.solution),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> TaskSpec:
+        missing = {"task_id", "instruction", "state", "solution"} - set(data)
+        if missing:
+            raise ValueError(f"task spec {data.get('task_id', '?')!r}: missing fields {sorted(missing)}")
+        return cls(
+            task_id=str(data["task_id"]),
+            instruction=str(data["instruction"]),
+            state=data["state"],
+            solution=tuple(str(action) for action in data["solution"]),
+            env=str(data.get("env", "")),
+        )
 
 
 class Environment(abc.ABC):
@@ -62,6 +105,11 @@ class Environment(abc.ABC):
         expert source of its own raises ValueError saying so (a run then reads `env.experts_path`).
         """
 
+    def add_tasks(self, specs: Iterable[TaskSpec]) -> None:
+        """Makes each spec playable by `reset(spec.task_id)` (in no split). Adding an equal spec again does
+        nothing; another spec under a taken id is a ValueError. The default accepts none."""
+        raise NotImplementedError(f"{self.name}: this environment does not accept added tasks")
+
     def episode_metrics(self) -> dict[str, float]:
         """Measures of the episode just played besides its reward (BFCL's turn accuracy), asked once it has
         ended, for whatever reason; the rollout loop keeps them in the trajectory's `extra["metrics"]`.
@@ -70,6 +118,21 @@ class Environment(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 (an optional hook: most environments hold nothing)
         """Releases external resources (processes, connections); the default has none."""
+
+
+def is_new_spec(env_name: str, added: Mapping[str, TaskSpec], spec: TaskSpec, own_id: bool) -> bool:
+    """Whether `spec` is new to an environment whose added specs are `added` (`own_id`: the id is one of the
+    environment's own tasks); an equal spec already added is not, another spec under a taken id is an error."""
+    if not isinstance(spec, TaskSpec):
+        raise ValueError(f"{env_name}: expected a TaskSpec, got {type(spec).__name__}")
+    check_task_id(env_name, spec.task_id)
+    if own_id:
+        raise ValueError(f"{env_name}: task id {spec.task_id!r} is one of the environment's own tasks")
+    if spec.task_id in added:
+        if added[spec.task_id].to_json() != spec.to_json():
+            raise ValueError(f"{env_name}: another task was already added under the id {spec.task_id!r}")
+        return False
+    return True
 
 
 def check_task_id(env_name: str, task_id: object) -> str:

@@ -11,11 +11,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from coevo_jax.coevolve.config import ABLATIONS, CoEvolveConfig
 from coevo_jax.data.batching import power_of_two_buckets
 from coevo_jax.train.mapping import dataclass_from_mapping
 
 PAPER_METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")  # Table 1 and ablations
-METHODS = (*PAPER_METHODS, "grpo")  # GRPO is ours (the paper's RL row is PPO)
+COEVOLVE_METHODS = tuple(ABLATIONS)  # CoEvolve (arXiv 2604.15840): GRPO + rounds, and its ablations
+METHODS = (*PAPER_METHODS, "grpo", *COEVOLVE_METHODS)  # GRPO is ours (the paper's RL row is PPO)
 METHOD_TITLES = {
     "sft": "SFT",
     "rft": "RFT",
@@ -24,6 +26,12 @@ METHOD_TITLES = {
     "coevo_positive": "CoEvolving (positive agent)",
     "coevo_frozen": "CoEvolving (frozen failure agent)",
     "grpo": "GRPO",
+    "coevolve": "CoEvolve",
+    "coevolve_forgetting": "CoEvolve (forgetting only)",
+    "coevolve_boundary": "CoEvolve (boundary only)",
+    "coevolve_rare": "CoEvolve (rare only)",
+    "coevolve_no_verify": "CoEvolve (no verification)",
+    "coevolve_unguided": "CoEvolve (unguided exploration)",
 }
 
 
@@ -174,6 +182,7 @@ class ExperimentConfig:
     dpo: DPOConfig = DPOConfig()
     rollout: RolloutSpec = RolloutSpec()
     grpo: GRPOConfig = GRPOConfig()
+    coevolve: CoEvolveConfig = CoEvolveConfig()  # the CoEvolve methods' rounds (each method's `for_method`)
     methods: tuple[str, ...] = ("sft", "eto", "coevo")
     iterations: int = 3
     seed: int = 0
@@ -209,7 +218,8 @@ class ExperimentConfig:
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> ExperimentConfig:
-        """From a ConfigDict/dict whose groups (env, model, sft, dpo, rollout, grpo) are mappings too."""
+        """From a ConfigDict/dict whose groups (env, model, sft, dpo, rollout, grpo, coevolve) are mappings
+        too."""
         config = _plain(config)
         groups = {
             "env": EnvConfig,
@@ -218,6 +228,7 @@ class ExperimentConfig:
             "dpo": DPOConfig,
             "rollout": RolloutSpec,
             "grpo": GRPOConfig,
+            "coevolve": CoEvolveConfig,
         }
         fields = dict(config)
         for name, group_cls in groups.items():

@@ -4,6 +4,8 @@
   per split.
 * `failure_analysis_figure` / `plot_failure_analysis` (Figure 2): failures produced per iteration and
   their mean reward.
+* `pool_makeup_figure` / `plot_pool_makeup` (CoEvolve): each CoEvolve method's task pool after each round,
+  stacked by provenance (one run).
 
 With several runs (seeds) every point or bar is their mean with ± 1 sample std as an error bar. PNGs are
 written atomically.
@@ -18,10 +20,12 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from coevo_jax.coevolve.pool import PROVENANCES
 from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.results import (
     agent_label,
     as_runs,
+    coevolve_rounds,
     percent,
     sample_stat,
     seeds_note,
@@ -196,3 +200,36 @@ def failure_analysis_figure(results: Mapping | Sequence[Mapping]) -> Figure:
 def plot_failure_analysis(results: Mapping | Sequence[Mapping], path: str | os.PathLike) -> Path:
     """Write Figure 2 (failure counts and rewards) as a PNG at `path`."""
     return _save_png(failure_analysis_figure(results), path)
+
+
+def pool_makeup_figure(results: Mapping) -> Figure:
+    """The CoEvolve pool's make-up over rounds: per method with rounds, one bar per round (at the GRPO step
+    it ran after) stacked by provenance (forgetting, boundary, rare, unguided)."""
+    methods = [(name, coevolve_rounds(m)) for name, m in results["methods"].items() if coevolve_rounds(m)]
+    figure = Figure(figsize=(5.0 * max(len(methods), 1), 4.0), layout="constrained")
+    axes = figure.subplots(1, max(len(methods), 1), squeeze=False, sharey=True)[0]
+    if not methods:
+        _no_data(axes[0], "no CoEvolve rounds")
+        return figure
+    for ax, (name, rounds) in zip(axes, methods, strict=True):
+        steps = [entry["step"] for entry in rounds]
+        bottom = [0] * len(rounds)
+        for index, provenance in enumerate(PROVENANCES):
+            counts = [entry["pool_makeup"].get(provenance, 0) for entry in rounds]
+            if any(counts):
+                ax.bar(steps, counts, bottom=bottom, color=f"C{index}", label=provenance)
+            bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
+        ax.set_title(name)
+        ax.set_xlabel("GRPO step (round after it)")
+        ax.set_xticks(steps)
+        ax.grid(alpha=0.3, axis="y")
+        if ax.get_legend_handles_labels()[0]:  # an empty pool has no bars
+            ax.legend(fontsize="small")
+    axes[0].set_ylabel("tasks in the pool")
+    figure.suptitle(f"CoEvolve task pool by provenance ({results.get('env', '?')})")
+    return figure
+
+
+def plot_pool_makeup(results: Mapping, path: str | os.PathLike) -> Path:
+    """Write the CoEvolve pool make-up figure as a PNG at `path`."""
+    return _save_png(pool_makeup_figure(results), path)

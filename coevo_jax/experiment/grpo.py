@@ -15,8 +15,11 @@ A GRPO step (CoEvolve eq. 1, settings in `config.GRPOConfig`):
    sampler/trainer numerics (logged per step as `first_abs_log_ratio`).
 
 One AdamW state (constant lr) carries over all steps and iterations: it is checkpointed with the step count
-after every step under `<workdir>/grpo/state`, with the per-step records in `<workdir>/grpo/history.json`,
-so a killed run resumes at its last finished step; the interrupted step's rollout file resumes too.
+after every step under `<workdir>/<run>/state`, with the per-step records in `<workdir>/<run>/history.json`,
+so a killed run resumes at its last finished step; the interrupted step's rollout file resumes too. `<run>`
+is the `GrpoRun`'s name: `grpo` for the `grpo` method (`FixedTasks`), the method's name for the CoEvolve
+methods (`experiment.coevolve_loop`), whose task list grows between steps. Every run draws step n's tasks
+and samples its episodes with the same seeds (the run seed and n), so runs differ only by what they train on.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import collections
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -43,16 +47,59 @@ from coevo_jax.experiment.store import RunStore, read_json, write_json_atomic
 from coevo_jax.models import combine_trainable, partition_trainable
 from coevo_jax.train import OptimizerConfig, StepKind, abstract_state, train_state_from_params
 
-STATE_DIR = os.path.join("grpo", "state")
-HISTORY_FILE = os.path.join("grpo", "history.json")
 LOGGED_UPDATE_METRICS = ("loss", "ratio", "kl", "pg_loss", "clip_fraction", "grad_norm", "learning_rate")
 
 
-def step_tasks(train_tasks: Sequence[str], tasks_per_step: int, seed: int, step: int) -> list[str]:
-    """The tasks of GRPO step `step` (0-based): a seeded draw without replacement, in train-split order."""
-    count = min(tasks_per_step, len(train_tasks))
-    chosen = np.random.default_rng([seed, step]).choice(len(train_tasks), count, replace=False)
-    return [train_tasks[i] for i in sorted(chosen.tolist())]
+class GrpoRun(Protocol):
+    """What a GRPO run trains on and where it keeps its state: state in `<workdir>/<name>/state`, step records
+    in `<workdir>/<name>/history.json`, step n's episodes in `rollouts/<name>_step<n>_explore.jsonl`."""
+
+    name: str
+    env_factory: Callable[[], Environment]  # a fresh environment that plays the tasks (one per actor slot)
+
+    def tasks_at(self, step: int) -> Sequence[str]:
+        """The tasks GRPO step `step` (0-based) draws from."""
+        ...
+
+    def after_steps(self, done: int) -> None:
+        """Called with the number of finished steps once the state is restored, and after each step's
+        checkpoint: work between steps, caught up after a kill."""
+        ...
+
+    def summary(self, first_step: int, last_step: int) -> dict:
+        """Extra fields of the record of the iteration of steps `first_step + 1 ... last_step`."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedTasks:
+    """The `grpo` method's run: the same train tasks at every step, nothing between steps."""
+
+    train_tasks: Sequence[str]
+    env_factory: Callable[[], Environment]
+    name: str = "grpo"
+
+    def tasks_at(self, step: int) -> Sequence[str]:
+        return self.train_tasks
+
+    def after_steps(self, done: int) -> None:
+        pass
+
+    def summary(self, first_step: int, last_step: int) -> dict:
+        return {}
+
+
+def rollout_file(name: str, step: int) -> str:
+    """The rollouts-relative file of run `name`'s GRPO step `step` (1-based) episodes."""
+    return f"{name}_step{step}_explore.jsonl"
+
+
+def step_tasks(tasks: Sequence[str], tasks_per_step: int, seed: int, step: int) -> list[str]:
+    """The tasks of GRPO step `step` (0-based): a seeded draw without replacement from `tasks`, in their
+    order (uniform: each task of the list as likely as any other)."""
+    count = min(tasks_per_step, len(tasks))
+    chosen = np.random.default_rng([seed, step]).choice(len(tasks), count, replace=False)
+    return [tasks[i] for i in sorted(chosen.tolist())]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,21 +190,20 @@ def grpo_phase(
     name: str,
     start_params: dict,
     reference_params: dict | None,
-    train_tasks: Sequence[str],
-    env_factory: Callable[[], Environment],
+    run: GrpoRun,
     *,
     iteration: int,
     seed: int,
 ) -> tuple[dict, dict]:
-    """GRPO steps (iteration - 1) * S + 1 ... iteration * S (S = `grpo.steps_per_iteration`) from
+    """GRPO steps (iteration - 1) * S + 1 ... iteration * S (S = `grpo.steps_per_iteration`) of `run` from
     `start_params` (the SFT target at iteration 1; later iterations continue the saved GRPO state, which
     holds the same parameters), with the KL to `reference_params` (None when `grpo.beta` is 0). Returns
-    (new params, summary with this iteration's per-step records as its `history`)."""
+    (new params, summary with this iteration's per-step records as its `history`, and `run.summary`)."""
     cfg, grpo = setup.cfg, setup.cfg.grpo
     first_step, last_step = (iteration - 1) * grpo.steps_per_iteration, iteration * grpo.steps_per_iteration
     steps, tx, shardings = setup.programs.steps(_optimizer(grpo), 0.0)
-    manager = checkpoints.make_manager(os.path.join(store.workdir, STATE_DIR), max_to_keep=1)
-    history_path = os.path.join(store.workdir, HISTORY_FILE)
+    manager = checkpoints.make_manager(os.path.join(store.workdir, run.name, "state"), max_to_keep=1)
+    history_path = os.path.join(store.workdir, run.name, "history.json")
     trainable, frozen = partition_trainable(start_params, setup.model_cfg)
     done = manager.latest_step()
     if done is not None and done > last_step:
@@ -172,6 +218,7 @@ def grpo_phase(
         raise FileNotFoundError(f"{manager.directory}: no GRPO state at step {first_step} to continue from")
     # records past the restored step belong to a step that did not reach its checkpoint: it is redone
     history = read_json(history_path)[:done] if os.path.exists(history_path) else []
+    run.after_steps(done)
     progress = tqdm(
         total=last_step - first_step,
         initial=done - first_step,
@@ -188,8 +235,7 @@ def grpo_phase(
                 state,
                 frozen,
                 reference_params,
-                train_tasks,
-                env_factory,
+                run,
                 step,
                 iteration,
                 seed,
@@ -199,6 +245,7 @@ def grpo_phase(
             position = checkpoints.LoopPosition(epoch=0, phase="grpo", step=step + 1)
             checkpoints.save(manager, step + 1, state, position, base=setup.base_fingerprint)
             manager.wait_until_finished()
+            run.after_steps(step + 1)
             progress.set_postfix(reward=f"{record['reward']:.3f}", updates=record["updates"])
             progress.update(1)
     finally:
@@ -206,18 +253,21 @@ def grpo_phase(
         manager.wait_until_finished()
         manager.close()
     own = [record for record in history if first_step < record["step"] <= last_step]
-    return combine_trainable(state.params, frozen), _summary(grpo, own)
+    return combine_trainable(state.params, frozen), {
+        **_summary(grpo, own),
+        **run.summary(first_step, last_step),
+    }
 
 
-def _one_step(setup, store, steps, state, frozen, reference, train_tasks, env_factory, step, iteration, seed):
+def _one_step(setup, store, steps, state, frozen, reference, run: GrpoRun, step, iteration, seed):
     """Rollouts of GRPO step `step` (0-based) with the current policy, then its updates: (state, record)."""
     grpo = setup.cfg.grpo
     trajectories = rollouts.play(
         setup,
         combine_trainable(state.params, frozen),
-        env_factory,
-        step_tasks(train_tasks, grpo.tasks_per_step, seed, step),
-        store.path("rollouts", f"grpo_step{step + 1}_explore.jsonl"),
+        run.env_factory,
+        step_tasks(run.tasks_at(step), grpo.tasks_per_step, seed, step),
+        store.path("rollouts", rollout_file(run.name, step + 1)),
         greedy=False,
         samples_per_task=grpo.samples_per_task,
         seed=rollouts.stage_seed(seed, f"grpo/step{step + 1}"),

@@ -16,11 +16,17 @@ and evaluates the new target policy.
 * `grpo` (ours; not in the paper, whose RL row is PPO): each iteration runs `grpo.steps_per_iteration`
   GRPO steps (CoEvolve eq. 1, `experiment.grpo`) from the policy the last one ended with, the SFT target
   policy at the start and as the KL reference.
+* `coevolve` (CoEvolve, arXiv 2604.15840) and its ablations (`coevolve.ABLATIONS`: each signal alone, no
+  verification, unguided exploration): `grpo`'s training on a task list that a CoEvolve round grows every
+  `coevolve.every_steps` GRPO steps (`experiment.coevolve_loop`); each iteration's entry lists its rounds
+  under `coevolve`.
 """
 
 from __future__ import annotations
 
 from coevo_jax.data import pairs as pair_builders
+from coevo_jax.experiment import coevolve_loop
+from coevo_jax.experiment.config import COEVOLVE_METHODS
 from coevo_jax.experiment.rollouts import usable
 from coevo_jax.experiment.stages import SFT_TARGET, Stages
 from coevo_jax.train import StepKind
@@ -47,7 +53,7 @@ def _pair_summary(record: dict) -> dict:
 
 
 def _train_summary(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in ("history", "dataset", "fit")}
+    return {k: v for k, v in record.items() if k not in ("history", "dataset", "fit", "rounds")}
 
 
 def _single_explorer_repeat(stages: Stages) -> int:
@@ -172,6 +178,32 @@ def run_grpo(stages: Stages, iterations: int, on_iteration) -> list[dict]:
     return history
 
 
+def run_coevolve(stages: Stages, iterations: int, on_iteration, *, method: str = "coevolve") -> list[dict]:
+    """`method`: 'coevolve' or one of its ablations; its pool is in `<workdir>/<method>/`."""
+    cfg = stages.setup.cfg
+    env = stages.env_factory()
+    try:  # every task of the evaluation splits, not only the evaluated ones: none may join the pool
+        eval_tasks = {task for split in cfg.env.eval_splits for task in env.tasks(split)}
+    finally:
+        env.close()
+    loop = coevolve_loop.CoEvolveLoop(
+        method, cfg.coevolve, stages.store, stages.env_factory, stages.train_tasks, eval_tasks, cfg.seed
+    )
+    current = SFT_TARGET
+    history = run_sft(stages, iterations, on_iteration)
+    for k in range(1, iterations + 1):
+        current, record = stages.train_grpo(f"{method}_it{k}_target", current, k, run=loop)
+        for done in record["rounds"]:
+            stages.on_scalars(f"coevolve/{method}", done["step"], coevolve_loop.round_scalars(done))
+        entry = _iteration(k, stages.evaluate(current), train={"target": _train_summary(record)})
+        entry["coevolve"] = record["rounds"]
+        on_iteration(entry)
+        history.append(entry)
+    return history
+
+
+FAILURE_AGENT_METHODS = ("coevo", "coevo_positive", "coevo_frozen")  # those that train from `sft_failure`
+
 METHOD_RUNNERS = {
     "sft": run_sft,
     "rft": run_rft,
@@ -180,4 +212,5 @@ METHOD_RUNNERS = {
     "coevo_positive": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_positive"),
     "coevo_frozen": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_frozen"),
     "grpo": run_grpo,
+    **{m: lambda s, n, cb, m=m: run_coevolve(s, n, cb, method=m) for m in COEVOLVE_METHODS},
 }

@@ -1,7 +1,8 @@
-"""The paper's outputs from a run's `results.json`: Table 1 (Markdown), Figure 2 and Figure 3 (PNG).
+"""The paper's outputs from a run's `results.json`: Table 1 (Markdown), Figure 2 and Figure 3 (PNG), and
+CoEvolve's pool make-up (PNG) when a CoEvolve method ran.
 
-One workdir: rewrites its table.md, reward_curves.png and failure_analysis.png (`write_reports`) and prints
-Table 1. Several workdirs (seeds of one study): prints Table 1 as mean ± std over them and, with
+One workdir: rewrites its table.md, reward_curves.png, failure_analysis.png and pool_makeup.png
+(`write_reports`) and prints Table 1. Several workdirs (seeds of one study): prints Table 1 as mean ± std over them and, with
 --figures DIR, writes Figures 2 and 3 (mean ± std) and details.md into DIR (`write_study_reports`). A
 WORKDIR argument may also name a results file itself. Every file is written atomically.
 
@@ -18,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from coevo_jax.experiment.atomic import atomic_path
-from coevo_jax.experiment.figures import plot_failure_analysis, plot_reward_curves
-from coevo_jax.experiment.results import RESULTS_FILE, load_results
+from coevo_jax.experiment.figures import plot_failure_analysis, plot_pool_makeup, plot_reward_curves
+from coevo_jax.experiment.results import RESULTS_FILE, coevolve_rounds, load_results
 from coevo_jax.experiment.tables import details_markdown, table_markdown, table_markdown_mean_std
 
 
@@ -31,13 +32,17 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def write_reports(results: Mapping, workdir: str | os.PathLike) -> dict[str, Path]:
-    """Write table.md, reward_curves.png and failure_analysis.png into `workdir` (each atomically)."""
+    """Write table.md, reward_curves.png, failure_analysis.png and, when a method has CoEvolve rounds,
+    pool_makeup.png into `workdir` (each atomically)."""
     workdir = Path(workdir)
-    return {
+    paths = {
         "table": write_text(workdir / "table.md", table_markdown(results)),
         "reward_curves": plot_reward_curves(results, workdir / "reward_curves.png"),
         "failure_analysis": plot_failure_analysis(results, workdir / "failure_analysis.png"),
     }
+    if any(coevolve_rounds(method) for method in results["methods"].values()):
+        paths["pool_makeup"] = plot_pool_makeup(results, workdir / "pool_makeup.png")
+    return paths
 
 
 def write_study_reports(runs: Sequence[Mapping], directory: str | os.PathLike) -> dict[str, Path]:

@@ -8,6 +8,7 @@ evaluation per split and, from iteration 1, what each agent's exploration produc
 * `aggregate_runs`: those cells as mean, sample std and count over several runs (seeds), via `sample_stat`.
 * `sorted_iterations`, `percent`, `as_runs`, `agent_label`, `split_label`, `seeds_note`: the small views
   both tables and figures use.
+* `coevolve_rounds`: a CoEvolve method's rounds (the `coevolve` lists of its iterations), for the pool figure.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def load_results(path: str | os.PathLike) -> dict:
 def sorted_iterations(method: Mapping) -> list[Mapping]:
     """A method's iteration records in iteration order."""
     return sorted(method.get("iterations") or [], key=lambda record: record["iteration"])
+
+
+def coevolve_rounds(method: Mapping) -> list[Mapping]:
+    """A CoEvolve method's round entries over all its iterations, in round order ([] for other methods)."""
+    rounds = [r for it in sorted_iterations(method) for r in it.get("coevolve") or []]
+    return sorted(rounds, key=lambda r: r["round"])
 
 
 def final_scores(results: Mapping) -> dict[str, dict[str, dict]]:

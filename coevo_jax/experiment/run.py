@@ -18,7 +18,7 @@ from coevo_jax import envs
 from coevo_jax.experiment import report, reuse
 from coevo_jax.experiment.config import EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
-from coevo_jax.experiment.methods import METHOD_RUNNERS
+from coevo_jax.experiment.methods import FAILURE_AGENT_METHODS, METHOD_RUNNERS
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.results import RESULTS_FILE
 from coevo_jax.experiment.stages import Stages
@@ -123,7 +123,7 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
             on_scalars=lambda tag, step, values: writer.scalars(step, values, prefix=tag),
         )
         stages.base_sft("target")
-        if any(m.startswith("coevo") for m in cfg.methods):
+        if any(m in FAILURE_AGENT_METHODS for m in cfg.methods):
             stages.base_sft("failure")
         for method in cfg.methods:
             title = METHOD_TITLES[method]

@@ -234,12 +234,15 @@ class Stages:
         self._log_train(name, record)
         return name, record
 
-    def train_grpo(self, name: str, start: str, iteration: int) -> tuple[str, dict]:
-        """Iteration `iteration`'s GRPO steps (`experiment.grpo`) from policy `start`, saved as `name`; the
-        KL term's reference is the SFT target policy."""
+    def train_grpo(
+        self, name: str, start: str, iteration: int, run: grpo.GrpoRun | None = None
+    ) -> tuple[str, dict]:
+        """Iteration `iteration`'s GRPO steps (`experiment.grpo`) of `run` (default: the `grpo` method's, on
+        the train tasks) from policy `start`, saved as `name`; the KL term's reference is the SFT target."""
         stage = f"train/{name}"
+        run = grpo.FixedTasks(self.train_tasks, self.env_factory) if run is None else run
 
-        def run():
+        def run_stage():
             reference = self.params(SFT_TARGET) if self.setup.cfg.grpo.beta > 0 else None
             params, summary = grpo.grpo_phase(
                 self.setup,
@@ -247,15 +250,14 @@ class Stages:
                 stage,
                 self.params(start),
                 reference,
-                self.train_tasks,
-                self.env_factory,
+                run,
                 iteration=iteration,
                 seed=self.seed,
             )
             self._keep(name, params)
             return summary
 
-        record = self.store.stage(stage, run)
+        record = self.store.stage(stage, run_stage)
         self._log_train(name, record)
         return name, record
 

@@ -150,6 +150,55 @@ def load_category(category: str) -> dict[str, BfclTask]:
     return {e["id"]: _task(e, a, category) for e, a in zip(entries, answers, strict=True)}
 
 
+MULTI_TURN_CLASSES = (
+    "GorillaFileSystem",
+    "MathAPI",
+    "MessageAPI",
+    "TicketAPI",
+    "TradingBot",
+    "TravelAPI",
+    "TwitterAPI",
+    "VehicleControlAPI",
+)
+
+
+def task_from_state(task_id: str, category: str, state: dict) -> BfclTask:
+    """An added task (`envs.base.TaskSpec.state`): {"involved_classes", "initial_config", "questions" (one
+    user message a turn), "ground_truth" (the calls of each turn, as BFCL writes them)}. Every function of the
+    classes is offered from the first turn; ValueError naming the task and field for anything else."""
+    if not isinstance(state, dict):
+        raise ValueError(f"bfcl: task {task_id}: state must be an object")
+    classes, questions = state.get("involved_classes"), state.get("questions")
+    config, truth = state.get("initial_config"), state.get("ground_truth")
+    if not isinstance(classes, list) or not classes or not set(classes) <= set(MULTI_TURN_CLASSES):
+        raise ValueError(
+            f"bfcl: task {task_id}: involved_classes {classes!r} must be of {MULTI_TURN_CLASSES}"
+        )
+    if not isinstance(config, dict):
+        raise ValueError(f"bfcl: task {task_id}: initial_config must be an object")
+    if (
+        not isinstance(questions, list)
+        or not questions
+        or not all(isinstance(q, str) and q for q in questions)
+    ):
+        raise ValueError(f"bfcl: task {task_id}: questions must be non-empty strings, one a turn")
+    if not isinstance(truth, list) or len(truth) != len(questions):
+        raise ValueError(f"bfcl: task {task_id}: ground_truth needs one list of calls a turn")
+    if not all(isinstance(calls, list) and all(isinstance(c, str) for c in calls) for calls in truth):
+        raise ValueError(f"bfcl: task {task_id}: ground_truth turns must be lists of call strings")
+    docs = class_docs()
+    return BfclTask(
+        task_id=task_id,
+        category=category,
+        questions=tuple(questions),
+        functions=tuple(_copy(doc, PYTHON_HINT) for name in classes for doc in docs[name]),
+        added_functions={},
+        involved_classes=tuple(classes),
+        initial_config=json.loads(json.dumps(config)),
+        ground_truth=tuple(tuple(calls) for calls in truth),
+    )
+
+
 def task_number(task_id: str) -> int:
     """n of `<category>_<n>`."""
     return int(task_id.rsplit("_", 1)[1])

@@ -28,17 +28,40 @@ An episode is one task, turn by turn:
 
 Observations longer than `max_observation_chars` are cut (long_context's outputs run to thousands of
 characters). `max_steps` is 21 steps a turn. Expert trajectories replay BFCL's ground truth (`experts`).
+
+`add_tasks` takes other tasks on BFCL's backends (CoEvolve's synthesized ones), in no split: a `TaskSpec`
+whose state gives the classes, their initial configuration, one user message a turn and the ground truth
+(`data.task_from_state`); every function of the classes is offered from the start, and the reward is BFCL's
+checker against that ground truth. Their ids are `<category>_<name>`, as BFCL's checker reads the category
+(which loads long_context's extra content) from the id.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from coevo_jax.data.records import Trajectory
-from coevo_jax.envs.base import Environment, StepResult, check_split, check_task_id, record_expert_trajectory
+from coevo_jax.envs.base import (
+    Environment,
+    StepResult,
+    TaskSpec,
+    check_split,
+    check_task_id,
+    is_new_spec,
+    record_expert_trajectory,
+)
 from coevo_jax.envs.bfcl import backend
 from coevo_jax.envs.bfcl.calls import decode_action
-from coevo_jax.envs.bfcl.data import CATEGORIES, SPLITS, BfclTask, bfcl_module, load_category, split_of
+from coevo_jax.envs.bfcl.data import (
+    CATEGORIES,
+    SPLITS,
+    BfclTask,
+    bfcl_module,
+    load_category,
+    split_of,
+    task_from_state,
+)
 from coevo_jax.envs.bfcl.docs import DOC_STYLES, render_docs
 from coevo_jax.envs.bfcl.experts import expert_steps
 
@@ -81,7 +104,9 @@ class BfclEnv(Environment):
         self.category, self.docs = category, docs
         self.max_observation_chars = max_observation_chars
         self.irrelevance_check = irrelevance_check
-        self._tasks = load_category(category)
+        self._tasks = load_category(category)  # shared (cached): never changed here
+        self._added: dict[str, TaskSpec] = {}
+        self._added_tasks: dict[str, BfclTask] = {}
         self.step_limit = bfcl_module("constants.default_prompts").MAXIMUM_STEP_LIMIT
         self._task: BfclTask | None = None
         self._model_name = ""
@@ -102,9 +127,25 @@ class BfclEnv(Environment):
             return list(self._tasks)
         return [task_id for task_id in self._tasks if split_of(task_id) == split]
 
+    def add_tasks(self, specs: Iterable[TaskSpec]) -> None:
+        """Added tasks (see the module docstring); an id must read `<this category>_<name>`."""
+        for spec in specs:
+            if not is_new_spec(self.name, self._added, spec, spec.task_id in self._tasks):
+                continue
+            prefix = spec.task_id.rsplit("_", 1)[0]
+            if prefix != self.category:
+                raise ValueError(
+                    f"bfcl: added task id {spec.task_id!r} must read '{self.category}_<name>' (BFCL's checker "
+                    "reads the category from the id)"
+                )
+            self._added_tasks[spec.task_id] = task_from_state(spec.task_id, self.category, spec.state)
+            self._added[spec.task_id] = spec
+
     def task(self, task_id: str) -> BfclTask:
-        """The task of `task_id` (of this environment's category)."""
+        """The task of `task_id` (of this environment's category, or added)."""
         check_task_id(self.name, task_id)
+        if task_id in self._added_tasks:
+            return self._added_tasks[task_id]
         if task_id not in self._tasks:
             raise ValueError(
                 f"bfcl: unknown task id {task_id!r} in {self.category} (ids are {self.category}_0 .. _{len(self._tasks) - 1})"

@@ -12,21 +12,28 @@ The step budget is `max_steps = budget_per_expert_step * (expert solution length
 needs every subgoal) and makes failed episodes, which play to the budget, cheaper. Stepping
 before `reset` or after `done` raises RuntimeError. Everything is a function of (seed, task id): no global
 random state, clock or set order.
+
+`add_tasks` takes other tasks on the same rules (CoEvolve's synthesized ones): a start world, subgoals of the
+same condition kinds, and a reference solution that is their expert (`tasks.task_from_spec`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import (
     Environment,
     ExpertStep,
     StepResult,
+    TaskSpec,
     check_split,
     check_task_id,
+    is_new_spec,
     record_expert_trajectory,
 )
 from coevo_jax.envs.builtin.experts import expert_steps
-from coevo_jax.envs.builtin.tasks import Task, build_splits, holds
+from coevo_jax.envs.builtin.tasks import Task, build_splits, holds, task_from_spec
 from coevo_jax.envs.builtin.world import World
 
 SPLITS = ("train", "dev", "dev_unseen", "test_seen", "test_unseen")
@@ -73,6 +80,7 @@ class BuiltinEnv(Environment):
         self._splits = build_splits(seed, sizes)
         self._tasks = {task.task_id: task for tasks in self._splits.values() for task in tasks}
         self._expert_cache: dict[str, list[ExpertStep]] = {}
+        self._added: dict[str, TaskSpec] = {}
         self._task: Task | None = None
         self._world: World | None = None
         self._reached: list[bool] = []
@@ -94,6 +102,15 @@ class BuiltinEnv(Environment):
         if task_id not in self._tasks:
             raise ValueError(f"builtin: unknown task id {task_id!r} for seed {self.seed}")
         return self._tasks[task_id]
+
+    def add_tasks(self, specs: Iterable[TaskSpec]) -> None:
+        """Added tasks (`tasks.task_from_spec`): a start world, subgoals and a reference solution each; the
+        solution is their expert, and it sets their step budget as a planned one does."""
+        for spec in specs:
+            own = spec.task_id in self._tasks and spec.task_id not in self._added
+            if is_new_spec(self.name, self._added, spec, own):
+                self._tasks[spec.task_id] = task_from_spec(spec)
+                self._added[spec.task_id] = spec
 
     def max_steps(self, task_id: str) -> int:
         per_step, extra = self.budget
@@ -131,8 +148,11 @@ class BuiltinEnv(Environment):
 
     def expert_steps(self, task_id: str) -> list[ExpertStep]:
         """A short solution with a thought per step, planned from the task's world."""
+        task = self.task(task_id)
+        if task.solution:
+            return [ExpertStep("This step is part of the reference solution.", a) for a in task.solution]
         if task_id not in self._expert_cache:
-            self._expert_cache[task_id] = expert_steps(self.task(task_id))
+            self._expert_cache[task_id] = expert_steps(task)
         return list(self._expert_cache[task_id])
 
     def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:

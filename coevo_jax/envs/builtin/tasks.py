@@ -74,6 +74,44 @@ class Task:
     ingredients: tuple[str, ...]  # for a mix, sorted
     target: str | None  # the container of a move
     layout: tuple  # what makes two instances the same task
+    solution: tuple[str, ...] = ()  # an added task's reference actions (generated tasks are planned instead)
+
+
+CONDITION_KINDS = ("focus", "holding", "inside", "hot", "cold", "sliced", "mixed")
+ADDED_FAMILY = "added"  # the family of tasks given by `TaskSpec` (`task_from_spec`)
+
+
+def task_from_spec(spec) -> Task:
+    """An added task (`envs.base.TaskSpec`): `state` holds the start world (`World.to_json`) and the subgoals,
+    lists of conditions `[kind, thing, *args]`; the task text is `instruction`, the solution the spec's."""
+    state = spec.state
+    if not isinstance(state, dict) or not {"world", "subgoals"} <= set(state):
+        raise ValueError(f"builtin: task {spec.task_id}: state needs 'world' and 'subgoals'")
+    world = World.from_json(state["world"])
+    subgoals = []
+    for subgoal in state["subgoals"]:
+        conditions = tuple(tuple(str(part) for part in condition) for condition in subgoal)
+        for condition in conditions:
+            if len(condition) < 2 or condition[0] not in CONDITION_KINDS:
+                raise ValueError(f"builtin: task {spec.task_id}: {list(condition)} is not a condition")
+        if not conditions:
+            raise ValueError(f"builtin: task {spec.task_id}: an empty subgoal")
+        subgoals.append(conditions)
+    if not subgoals or not spec.solution:
+        raise ValueError(f"builtin: task {spec.task_id}: needs subgoals and a solution")
+    subject = subgoals[-1][0][1]
+    return Task(
+        spec.task_id,
+        ADDED_FAMILY,
+        spec.instruction,
+        tuple(subgoals),
+        world,
+        subject,
+        (),
+        None,
+        (),
+        solution=tuple(spec.solution),
+    )
 
 
 def holds(world: World, condition: Condition) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 ROOMS = ("hallway", "kitchen", "workshop", "greenhouse")
 INVENTORY = "inventory"
@@ -59,6 +59,42 @@ class World:
 
     def copy(self) -> World:
         return World(self.room, {name: replace(t) for name, t in self.things.items()}, self.focus)
+
+    def to_json(self) -> dict:
+        """The state as JSON values (`from_json` gives an equal world)."""
+        things = [
+            asdict(thing) | {"ingredients": list(thing.ingredients)}
+            for _, thing in sorted(self.things.items())
+        ]
+        return {"room": self.room, "focus": self.focus, "things": things}
+
+    @classmethod
+    def from_json(cls, data: dict) -> World:
+        """The world `to_json` wrote; ValueError naming what does not fit the house's rules."""
+        try:
+            room, focus, raw_things = data["room"], data.get("focus"), data["things"]
+            names = {f.name for f in fields(Thing)}
+            things = {}
+            for raw in raw_things:
+                unknown = set(raw) - names
+                if unknown:
+                    raise ValueError(f"thing {raw.get('name')!r}: unknown fields {sorted(unknown)}")
+                thing = Thing(**{**raw, "ingredients": tuple(raw.get("ingredients", ()))})
+                things[thing.name] = thing
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"builtin: not a world: {error!r}") from None
+        world = cls(room, things, focus)
+        if room not in ROOMS:
+            raise ValueError(f"builtin: the agent is in {room!r}, not a room")
+        for thing in things.values():
+            if thing.kind not in (ITEM, TOOL, CONTAINER, DEVICE):
+                raise ValueError(f"builtin: {thing.name}: unknown kind {thing.kind!r}")
+            holder = things.get(thing.location)
+            if thing.location not in (*ROOMS, INVENTORY) and (
+                holder is None or holder.kind not in (CONTAINER, DEVICE)
+            ):
+                raise ValueError(f"builtin: {thing.name} is in {thing.location!r}, not a room or a container")
+        return world
 
     def room_of(self, name: str) -> str:
         location = self.things[name].location

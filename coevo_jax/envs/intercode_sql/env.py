@@ -18,17 +18,24 @@ Task ids are indices into `ic_spider_dev.json`. Splits are by database (document
 `test_unseen` is every task of car_1, dog_kennels and orchestra (214 tasks); of the other 17 databases,
 every fifth task (by index within its database) is `test_seen` and the rest are `train`.
 Expert trajectories are InterCode's GPT-4 episodes that reached reward 1 (`experts`).
+
+`add_tasks` takes other questions on the same databases (CoEvolve's synthesized tasks): a `TaskSpec` whose
+instruction is the question and whose state names the database and the gold query; they are scored like the
+others. `run` executes a statement on a database outside any episode, optionally with SQLite's
+`reverse_unordered_selects`, which shows whether a result's row order depends on the scan order.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
+from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
 
 from coevo_jax.data.records import Trajectory
-from coevo_jax.envs.base import Environment, StepResult, check_task_id
+from coevo_jax.envs.base import Environment, StepResult, TaskSpec, check_task_id, is_new_spec
 from coevo_jax.envs.intercode_sql import mysql
 from coevo_jax.envs.intercode_sql.db import DATA_DIR, DUMP_PATH, build_databases, load_schema
 from coevo_jax.envs.intercode_sql.experts import replay_experts
@@ -207,7 +214,9 @@ class InterCodeSqlEnv(Environment):
         self.query_timeout_s, self.max_rows = query_timeout_s, max_rows
         self.max_result_bytes = max_result_bytes
         self.max_observation_chars = max_observation_chars
-        self._sandboxes: dict[str, SqlSandbox] = {}
+        self._sandboxes: dict[tuple[str, bool], SqlSandbox] = {}  # (db, reverse scan) -> sandbox
+        self._added: dict[str, TaskSpec] = {}
+        self._added_records: dict[str, dict] = {}
         self._gold_rows: dict[str, list] = {}
         self._task_id: str | None = None
         self._db: str | None = None
@@ -245,9 +254,32 @@ class InterCodeSqlEnv(Environment):
         self.record(task_id)
         return MAX_STEPS
 
+    def add_tasks(self, specs: Iterable[TaskSpec]) -> None:
+        """Added questions: `state` is {"db": a database, "gold": its gold query}, the question `instruction`."""
+        for spec in specs:
+            own = spec.task_id.isdigit() and int(spec.task_id) < len(self._records)
+            if not is_new_spec(self.name, self._added, spec, own):
+                continue
+            state = spec.state if isinstance(spec.state, dict) else {}
+            db, gold = state.get("db"), state.get("gold")
+            if not isinstance(db, str) or db.lower() not in self._schema:
+                raise ValueError(f"{self.name}: task {spec.task_id}: unknown database {db!r}")
+            if not isinstance(gold, str) or not gold.strip() or not spec.instruction.strip():
+                raise ValueError(f"{self.name}: task {spec.task_id}: needs a question and a gold query")
+            self._added[spec.task_id] = spec
+            self._added_records[spec.task_id] = {
+                "db": db,
+                "query": spec.instruction,
+                "gold": gold,
+                "hardness": "added",
+            }
+
     def record(self, task_id: str) -> dict:
-        """The task's record of ic_spider_dev.json: db, query (the question), gold, hardness."""
+        """The task's record of ic_spider_dev.json (an added task's alike): db, query (the question), gold,
+        hardness."""
         check_task_id(self.name, task_id)
+        if task_id in self._added_records:
+            return self._added_records[task_id]
         if not (task_id.isdigit() and int(task_id) < len(self._records)):
             raise ValueError(f"unknown {self.name} task id {task_id!r} (ids are 0..{len(self._records) - 1})")
         return self._records[int(task_id)]
@@ -289,9 +321,31 @@ class InterCodeSqlEnv(Environment):
 
     def execute(self, statement: str) -> list | str | None:
         """One statement in the current database: rows, None (no result set) or the error text."""
+        used = _USE.match(statement)
+        if used:
+            db = used.group(1).lower()
+            if db not in self._schema:
+                return f"Error executing query: Unknown database '{db}'"
+            self._db = db
+            return None
+        return self._answer(self._db, statement)
+
+    def run(self, db: str, sql: str, *, reverse_scan: bool = False) -> list | str | None:
+        """`sql` on database `db` outside any episode, answered as in an episode (MySQL's SHOW and DESCRIBE
+        included; USE changes nothing): rows, None or the error text. `reverse_scan` runs it with SQLite's
+        `reverse_unordered_selects` (tables and indexes scanned backwards where no ORDER BY fixes the order),
+        so a result whose row order is the scan's comes back in another order."""
+        if db.lower() not in self._schema:
+            return f"Error executing query: Unknown database '{db}'"
+        statement = normalize_action(sql)
+        if _USE.match(statement):
+            return None
+        return self._answer(db.lower(), statement, reverse_scan=reverse_scan)
+
+    def _answer(self, db: str, statement: str, *, reverse_scan: bool = False) -> list | str | None:
         shown = _SHOW_TABLES.match(statement)
         if shown:
-            names = sorted(self._schema[self._db])
+            names = sorted(self._schema[db])
             if shown.group(1) is not None:
                 names = [n for n in names if like_match(shown.group(1), n)]
             return [(name,) for name in names]
@@ -300,29 +354,25 @@ class InterCodeSqlEnv(Environment):
         described = _DESCRIBE.match(statement)
         if described:
             table = described.group(1).lower()
-            if table not in self._schema[self._db]:
-                return f"Error executing query: {_missing_table(self._db, table)}"
-            return [column.describe_row() for column in self._schema[self._db][table]]
-        used = _USE.match(statement)
-        if used:
-            db = used.group(1).lower()
-            if db not in self._schema:
-                return f"Error executing query: Unknown database '{db}'"
-            self._db = db
-            return None
-        return self._run(self._db, statement, errors_as_text=True)
+            if table not in self._schema[db]:
+                return f"Error executing query: {_missing_table(db, table)}"
+            return [column.describe_row() for column in self._schema[db][table]]
+        return self._run(db, statement, errors_as_text=True, reverse_scan=reverse_scan)
 
-    def _run(self, db: str, sql: str, *, errors_as_text: bool) -> list | str | None:
-        if db not in self._sandboxes:
-            self._sandboxes[db] = SqlSandbox(
+    def _run(
+        self, db: str, sql: str, *, errors_as_text: bool, reverse_scan: bool = False
+    ) -> list | str | None:
+        key = (db, reverse_scan)
+        if key not in self._sandboxes:
+            self._sandboxes[key] = SqlSandbox(
                 self._db_dir / f"{db}.sqlite",
                 timeout_s=self.query_timeout_s,
                 max_rows=self.max_rows,
                 max_result_bytes=self.max_result_bytes,
-                prepare=mysql.install,
+                prepare=_reverse_scan_prepare if reverse_scan else mysql.install,
             )
         try:
-            return self._sandboxes[db].execute(sql)
+            return self._sandboxes[key].execute(sql)
         except SqlError as error:
             if not errors_as_text:
                 raise
@@ -341,6 +391,11 @@ class InterCodeSqlEnv(Environment):
         for sandbox in self._sandboxes.values():
             sandbox.close()
         self._sandboxes.clear()
+
+
+def _reverse_scan_prepare(connection: sqlite3.Connection) -> None:
+    mysql.install(connection)
+    connection.execute("PRAGMA reverse_unordered_selects = ON")
 
 
 def _load_tasks(path: Path, databases: set[str]) -> list[dict]:
