@@ -28,6 +28,7 @@ STAGES = [
     "train/coevo_positive_it1_target",
     "explore/coevo_frozen_it1_target/it2",
     "train/grpo_it1_target",
+    "train/coevolve_rare_it1_target",
     "train/bench",
 ]
 SFT = STAGES[:6]
@@ -64,7 +65,8 @@ def test_stage_outputs_name_the_policy_and_the_file_the_stages_write():
         (["dpo.betas", "rollout.temperature"], []),
         (["seed"], []),
         (["model.lora_rank"], []),
-        (["grpo.learning_rate"], SFT + RFT + ETO + COEVO),  # GRPO's own stages are never reused
+        (["grpo.learning_rate"], SFT + RFT + ETO + COEVO),  # GRPO's and CoEvolve's stages are never reused
+        (["coevolve.theta"], SFT + RFT + ETO + COEVO),
     ],
 )
 def test_a_difference_keeps_exactly_the_stages_it_cannot_change(changed, kept):

@@ -14,7 +14,7 @@ Which stages a difference can change, judged by the policy a stage trains, explo
   `sft_target` and `sft_failure` are `sft`), e.g. `dpo.*` only the pair-trained families;
 * every other field (the model, the environment, SFT, sampling, the seed, ...) can change every stage, and
   nothing is reused.
-Families not listed, and `STATEFUL_FAMILIES` (GRPO keeps its step state outside the stage records), are
+Families not listed, and `STATEFUL_FAMILIES` (GRPO and CoEvolve keep their step state and task pool outside the stage records), are
 never reused.
 """
 
@@ -26,6 +26,7 @@ import re
 import shutil
 from collections.abc import Iterable, Mapping
 
+from coevo_jax.coevolve import ABLATIONS
 from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.experts import EXPERTS_FILE
 from coevo_jax.experiment.stages import stage_outputs
@@ -48,8 +49,9 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "coevo_positive": ("dpo",),
     "coevo_frozen": ("dpo",),
     "grpo": ("grpo",),
+    **{method: ("grpo", "coevolve") for method in ABLATIONS},
 }
-STATEFUL_FAMILIES = frozenset({"grpo"})
+STATEFUL_FAMILIES = frozenset({"grpo", *ABLATIONS})
 _FAMILY = re.compile(r"(?P<family>.+)_it\d+_(?:target|failure)")
 
 
