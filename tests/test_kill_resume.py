@@ -1,5 +1,6 @@
 """The kill-and-resume drill end to end: five SIGKILLed and resumed processes against an uninterrupted run."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -33,3 +34,33 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert [row.split(" | ")[0].lstrip("| ") for row in rows] == ["sft", "save", "eval", "explore", "dpo"]
     assert all(row.endswith("| yes | yes |") for row in rows), result.stdout
     assert "policies identical: 5/5" in result.stdout
+
+
+def _drill():
+    spec = importlib.util.spec_from_file_location(
+        "kill_resume_drill", os.path.join(REPO, "launch", "kill_resume_drill.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its own module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _file(ids, logprobs):
+    return {
+        "t0": {"id": "t0", "reward": 0.5, "tokens": {"ids": ids, "spans": [[1, 3]], "logprobs": logprobs}}
+    }
+
+
+def test_trajectory_files_compare_token_ids_exactly_and_sampler_logprobs_to_the_last_bits():
+    drill = _drill()
+    base = _file([1, 2, 3], [-5.283123970031738, -0.5])
+    assert drill.same_trajectories(base, _file([1, 2, 3], [-5.28312349319458, -0.5]))  # one float32 ulp
+    assert not drill.same_trajectories(base, _file([1, 2, 3], [-5.2831, -0.5]))
+    assert not drill.same_trajectories(base, _file([1, 2, 4], [-5.283123970031738, -0.5]))
+    assert not drill.same_trajectories(base, _file([1, 2, 3], [-5.283123970031738]))
+    other_reward = _file([1, 2, 3], [-5.283123970031738, -0.5])
+    other_reward["t0"]["reward"] = 0.6
+    assert not drill.same_trajectories(base, other_reward)
+    assert not drill.same_trajectories(base, {})
+    assert not drill.same_trajectories(base, None)
