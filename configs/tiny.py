@@ -1,7 +1,7 @@
 """The tiny run: a one-layer policy on 8 built-in train tasks (4 + 4 test tasks), one iteration.
 
 Seconds per stage on a CPU. The one small config of the repository: the tests' end-to-end runs
-(`tests/test_experiment.py`, `tests/test_main.py`), the reproduction notebook's smoke budget (each with its
+(`tests/test_experiment.py`), the reproduction notebook's smoke budget (each with its
 own overrides) and the kill-and-resume drill use it.
 
     python -m coevo_jax.main --config=configs/tiny.py --workdir=workdir_tiny

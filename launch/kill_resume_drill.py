@@ -14,6 +14,8 @@ Differences that are legitimate and therefore left out of the comparison:
   whose rounding depends on what else shared the decode batch (the attention window is the longest row's,
   the shared prompt prefix is the first two prompts'), and a resumed rollout batches its remaining episodes
   differently. They are compared to within LOGPROB_ATOL; token ids, texts and rewards exactly.
+Also checks that a resume redoes nothing: every stage recorded when a process died keeps its record to the
+end, and no trajectory file holds an episode twice.
 Prints a table per kill point and exits 1 on any other difference (or a kill that did not happen).
 """
 
@@ -43,7 +45,7 @@ class Kill:
     call: int
     returncode: int | None = None
     detail: str = ""
-    done: list[str] = dataclasses.field(default_factory=list)  # stages recorded when the process died
+    done: dict = dataclasses.field(default_factory=dict)  # stage records when the process died
     left: str = ""  # partial state the kill left for the resume
     stage: str = ""  # the first stage, in the uninterrupted run's order, not among `done`
 
@@ -66,12 +68,13 @@ def _run(command: list[str], env: dict, log_path: str) -> subprocess.Popen:
         return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
-def _stage_order(workdir: str) -> list[str]:
+def _stage_records(workdir: str) -> dict:
+    """stages.json: {stage: its record}, in the order the stages finished."""
     path = os.path.join(workdir, "stages.json")
     if not os.path.exists(path):
-        return []
+        return {}
     with open(path) as f:
-        return list(json.load(f))
+        return json.load(f)
 
 
 def killed_and_resumed(config: str, workdir: str, env: dict) -> list[Kill]:
@@ -84,7 +87,7 @@ def killed_and_resumed(config: str, workdir: str, env: dict) -> list[Kill]:
         if os.path.exists(note):
             with open(note) as f:
                 kill.detail = json.load(f)["detail"]
-        kill.done, kill.left = _stage_order(workdir), left_behind(workdir)
+        kill.done, kill.left = _stage_records(workdir), left_behind(workdir)
         kills.append(kill)
     final = _run([sys.executable, "-m", "coevo_jax.main", *_job_flags(config, workdir)], env, log_path)
     if final.wait() != 0:
@@ -143,11 +146,24 @@ def policy_checksums(workdir: str) -> dict[str, str]:
 
 def trajectory_files(workdir: str) -> dict[str, dict[str, dict]]:
     """Each trajectory file under rollouts/ as {trajectory id: its record}."""
+    return {name: {r["id"]: r for r in records} for name, records in _trajectory_lines(workdir).items()}
+
+
+def duplicated_episodes(workdir: str) -> list[str]:
+    """'file: id' of every episode a trajectory file holds more than once (a resume must append only what
+    its killed process had not finished)."""
+    found = []
+    for name, records in _trajectory_lines(workdir).items():
+        ids = [r["id"] for r in records]
+        found += [f"{name}: {i}" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    return found
+
+
+def _trajectory_lines(workdir: str) -> dict[str, list[dict]]:
     out, root = {}, os.path.join(workdir, "rollouts")
     for name in sorted(os.listdir(root)):
         with open(os.path.join(root, name)) as f:
-            records = [json.loads(line) for line in f if line.strip()]
-        out[name] = {r["id"]: r for r in records}
+            out[name] = [json.loads(line) for line in f if line.strip()]
     return out
 
 
@@ -228,7 +244,7 @@ def main() -> int:
         raise
     if baseline.wait() != 0:
         raise RuntimeError(f"the uninterrupted run failed (exit {baseline.returncode}); see {whole}.log")
-    order, done_at_end = _stage_order(whole), _stage_order(killed)
+    order, done_at_end = list(_stage_records(whole)), _stage_records(killed)
     for kill in kills:
         kill.stage = _first_missing(order, kill.done)
 
@@ -240,6 +256,9 @@ def main() -> int:
     same_files = {n: same_trajectories(rollouts[0].get(n), r) for n, r in rollouts[1].items()}
     failed = bool(results) or policies[0] != policies[1] or set(rollouts[0]) != set(same_files)
     failed |= not all(same_files.values())
+    redone = sorted({s for kill in kills for s, record in kill.done.items() if done_at_end.get(s) != record})
+    duplicated = duplicated_episodes(killed)
+    failed |= bool(redone or duplicated)
     print(f"| point | killed at | stage | left behind | resumed ok | stage output identical |\n|{'---|' * 6}")
     for kill in kills:
         resumed = kill.returncode == -9 and kill.stage in done_at_end
@@ -258,6 +277,8 @@ def main() -> int:
     print(f"trajectory files identical ({exact}): {same_rollouts}/{len(rollouts[0])}")
     ignored = ", ".join(WALL_CLOCK_FIELDS)
     print(f"results.json identical (ignoring {ignored}): {_yes(not results)} {' '.join(results[:10])}")
+    print(f"finished stages redone by a resume: {len(redone)} {' '.join(redone)}")
+    print(f"episodes written twice: {len(duplicated)} {' '.join(duplicated[:10])}")
     print(f"drill wall time: {time.perf_counter() - start:.0f} s")
     return int(failed)
 

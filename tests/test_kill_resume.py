@@ -1,6 +1,8 @@
-"""The kill-and-resume drill end to end: five SIGKILLed and resumed processes against an uninterrupted run."""
+"""The kill-and-resume drill end to end: five SIGKILLed and resumed processes against an uninterrupted run
+(same policies, trajectories and results; no finished stage redone, no episode written twice)."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +36,12 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert [row.split(" | ")[0].lstrip("| ") for row in rows] == ["sft", "save", "eval", "explore", "dpo"]
     assert all(row.endswith("| yes | yes |") for row in rows), result.stdout
     assert "policies identical: 5/5" in result.stdout
+    assert "finished stages redone by a resume: 0" in result.stdout
+    assert "episodes written twice: 0" in result.stdout
+    killed = tmp_path / "drill" / "killed"  # the last resume wrote the reports
+    assert "| CoEvolving |" in (killed / "table.md").read_text()
+    for name in ("reward_curves.png", "failure_analysis.png"):
+        assert (killed / name).stat().st_size > 0
 
 
 def _drill():
@@ -64,3 +72,11 @@ def test_trajectory_files_compare_token_ids_exactly_and_sampler_logprobs_to_the_
     assert not drill.same_trajectories(base, other_reward)
     assert not drill.same_trajectories(base, {})
     assert not drill.same_trajectories(base, None)
+
+
+def test_duplicated_episodes_are_found(tmp_path):
+    (tmp_path / "rollouts").mkdir()
+    lines = [{"id": "a"}, {"id": "b"}, {"id": "a"}]
+    (tmp_path / "rollouts" / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (tmp_path / "rollouts" / "y.jsonl").write_text(json.dumps({"id": "a"}) + "\n")
+    assert _drill().duplicated_episodes(str(tmp_path)) == ["x.jsonl: a"]

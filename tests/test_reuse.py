@@ -148,11 +148,11 @@ def _without_timings(tree):
     return tree
 
 
-@pytest.mark.slow  # three tiny runs, ~1 min
+@pytest.mark.slow  # three tiny runs, 2-3 min on 2 busy cores; which stages RFT keeps is tested above
 def test_a_reused_run_gives_the_results_of_a_fresh_run_without_redoing_sft(tmp_path, monkeypatch):
-    methods = ("sft", "rft", "eto")
-    first = tiny_config(methods=methods, sft={"rft_epochs": 1}, dpo={"learning_rates": (1e-3,)})
-    second = tiny_config(methods=methods, sft={"rft_epochs": 1}, dpo={"learning_rates": (1e-1,)})
+    methods = ("sft", "eto")
+    first = tiny_config(methods=methods, dpo={"learning_rates": (1e-3,)})
+    second = tiny_config(methods=methods, dpo={"learning_rates": (1e-1,)})
     run(first, str(tmp_path / "first"))
     fresh = run(second, str(tmp_path / "fresh"))
 
@@ -169,9 +169,6 @@ def test_a_reused_run_gives_the_results_of_a_fresh_run_without_redoing_sft(tmp_p
         "eval/sft_target/test_seen",
         "eval/sft_target/test_unseen",
         "explore/sft_target/it1",
-        "train/rft_it1_target",
-        "eval/rft_it1_target/test_seen",
-        "eval/rft_it1_target/test_unseen",
     }
     assert stages["reused"]["train/sft_target"] == stages["first"]["train/sft_target"]  # copied
     assert stages["reused"]["train/eto_it1_target"]["learning_rate"] == 1e-1
