@@ -18,8 +18,10 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax.experiment.figures import (
+    STEP_WINDOW,
     failure_analysis_figure,
     failure_series,
+    grpo_steps_figure,
     plot_failure_analysis,
     plot_reward_curves,
     reward_curves_figure,
@@ -383,3 +385,33 @@ def test_cli_figures_writes_the_study_reports(tmp_path):
     assert (tmp_path / "docs" / "details.md").read_text() == details_markdown(runs)
     assert_png(tmp_path / "docs" / "reward_curves.png", expect_w_gt_h=True)
     assert_png(tmp_path / "docs" / "failure_analysis.png", expect_w_gt_h=True)
+
+
+def _grpo_results(step_rewards_per_iteration):
+    iterations = [{"iteration": 0, "eval": {}}] + [
+        {"iteration": k + 1, "train": {"target": {"step_rewards": rewards}}}
+        for k, rewards in enumerate(step_rewards_per_iteration)
+    ]
+    return {
+        "env": "builtin",
+        "splits": [],
+        "methods": {"SFT": {"iterations": [{"iteration": 0}]}, "GRPO": {"iterations": iterations}},
+    }
+
+
+def test_grpo_steps_figure_plots_every_step_and_its_moving_average_over_seeds(tmp_path):
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    rewards = rng.uniform(size=(2, 3, 4))  # seeds x iterations x steps per iteration
+    runs = [_grpo_results(r.tolist()) for r in rewards]
+    figure = grpo_steps_figure(runs)
+    per_step, smoothed = [line for line in figure.axes[0].lines]
+    means = 100 * rewards.reshape(2, 12).mean(axis=0)
+    np.testing.assert_allclose(per_step.get_xdata(), np.arange(1, 13))
+    np.testing.assert_allclose(per_step.get_ydata(), means, err_msg=f"seed {seed}")
+    windows = [means[max(0, i - STEP_WINDOW + 1) : i + 1].mean() for i in range(12)]
+    np.testing.assert_allclose(smoothed.get_ydata(), windows, err_msg=f"seed {seed}")
+    assert smoothed.get_label().startswith("GRPO")
+    paths = write_reports(runs[0], tmp_path)
+    assert "grpo_steps" in paths
+    assert_png(paths["grpo_steps"], expect_w_gt_h=True)

@@ -122,6 +122,9 @@ def test_grpo_runs_after_sft_with_its_own_row_curves_and_records(grpo_run):
         assert sum("tokens" in json.loads(line) for line in lines) >= 1
     assert "| GRPO |" in (workdir / "table.md").read_text()
     assert (workdir / "reward_curves.png").stat().st_size > 0
+    assert (workdir / "grpo_steps.png").stat().st_size > 0
+    steps = [entry["train"]["target"]["step_rewards"] for entry in method["iterations"][1:]]
+    assert steps == [[h["reward"] for h in history[:1]], [h["reward"] for h in history[1:]]]
     assert load_results(workdir / "results.json")["methods"].keys() == {"GRPO"}
     scalars = read_scalars(workdir / "tensorboard")
     assert [step for step, _ in scalars["train/grpo_it2_target/reward"]] == [2]

@@ -6,6 +6,8 @@
   their mean reward.
 * `pool_makeup_figure` / `plot_pool_makeup` (CoEvolve): each CoEvolve method's task pool after each round,
   stacked by provenance (one run).
+* `grpo_steps_figure` / `plot_grpo_steps` (GRPO-trained methods): the sampled episodes' mean reward at every
+  GRPO step, and its moving average over `STEP_WINDOW` steps.
 
 With several runs (seeds) every point or bar is their mean with ± 1 sample std as an error bar. PNGs are
 written atomically.
@@ -34,6 +36,7 @@ from coevo_jax.experiment.results import (
 )
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+STEP_WINDOW = 5  # GRPO steps in the moving average of the steps figure
 
 
 def _save_png(figure: Figure, path: str | os.PathLike) -> Path:
@@ -233,3 +236,66 @@ def pool_makeup_figure(results: Mapping) -> Figure:
 def plot_pool_makeup(results: Mapping, path: str | os.PathLike) -> Path:
     """Write the CoEvolve pool make-up figure as a PNG at `path`."""
     return _save_png(pool_makeup_figure(results), path)
+
+
+def grpo_step_rewards(method: Mapping) -> list[float]:
+    """A GRPO-trained method's sampled mean reward at each GRPO step, over all its iterations ([] for others)."""
+    return [
+        reward
+        for it in sorted_iterations(method)
+        for reward in ((it.get("train") or {}).get("target") or {}).get("step_rewards") or []
+    ]
+
+
+def _moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Mean of each value and the up to `window - 1` values before it."""
+    return [
+        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+        for i in range(len(values))
+    ]
+
+
+def grpo_steps_figure(results: Mapping | Sequence[Mapping]) -> Figure:
+    """Reward ×100 of the episodes each GRPO step sampled (its train tasks, at `grpo.temperature`), one colour
+    per GRPO-trained method: every step thin, the moving average over `STEP_WINDOW` steps bold. With several
+    runs (seeds) each point is their mean over the runs that reached that step, the band ± 1 std."""
+    runs = as_runs(results)
+    names = [
+        name
+        for name in runs[0]["methods"]
+        if any(grpo_step_rewards(r["methods"].get(name) or {}) for r in runs)
+    ]
+    figure = Figure(figsize=(6.5, 4.0), layout="constrained")
+    ax = figure.subplots()
+    if not names:
+        _no_data(ax, "no GRPO steps")
+        return figure
+    for index, name in enumerate(names):
+        series = [grpo_step_rewards(r["methods"].get(name) or {}) for r in runs]
+        steps = max(len(s) for s in series)
+        stats = [_mean_std([100.0 * s[i] for s in series if len(s) > i]) for i in range(steps)]
+        means = [m for m, _ in stats]
+        xs = list(range(1, steps + 1))
+        color = f"C{index % 10}"
+        ax.plot(xs, means, color=color, alpha=0.35, linewidth=1, marker=".")
+        ax.plot(
+            xs,
+            _moving_average(means, STEP_WINDOW),
+            color=color,
+            linewidth=2.2,
+            label=f"{name} ({STEP_WINDOW}-step mean)",
+        )
+        if len(runs) > 1:
+            ax.fill_between(xs, [m - e for m, e in stats], [m + e for m, e in stats], color=color, alpha=0.1)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("sampled episodes' average reward (×100)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title(f"Reward of each GRPO step's episodes ({runs[0].get('env', '?')}{seeds_note(runs)})")
+    return figure
+
+
+def plot_grpo_steps(results: Mapping | Sequence[Mapping], path: str | os.PathLike) -> Path:
+    """Write the GRPO steps figure as a PNG at `path`."""
+    return _save_png(grpo_steps_figure(results), path)

@@ -306,5 +306,8 @@ def _summary(grpo: GRPOConfig, history: list[dict]) -> dict:
     trained = [record for record in history if record["updates"]]
     if trained:
         summary.update({f"final_{k}": trained[-1][k] for k in LOGGED_UPDATE_METRICS})
+    # per step, for the GRPO steps figure: the sampled episodes' mean reward and success rate
+    summary["step_rewards"] = [record["reward"] for record in history]
+    summary["step_success_rates"] = [record["success_rate"] for record in history]
     summary["history"] = history
     return summary

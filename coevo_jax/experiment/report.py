@@ -19,7 +19,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from coevo_jax.experiment.atomic import atomic_path
-from coevo_jax.experiment.figures import plot_failure_analysis, plot_pool_makeup, plot_reward_curves
+from coevo_jax.experiment.figures import (
+    grpo_step_rewards,
+    plot_failure_analysis,
+    plot_grpo_steps,
+    plot_pool_makeup,
+    plot_reward_curves,
+)
 from coevo_jax.experiment.results import RESULTS_FILE, coevolve_rounds, load_results
 from coevo_jax.experiment.tables import details_markdown, table_markdown, table_markdown_mean_std
 
@@ -32,8 +38,8 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def write_reports(results: Mapping, workdir: str | os.PathLike) -> dict[str, Path]:
-    """Write table.md, reward_curves.png, failure_analysis.png and, when a method has CoEvolve rounds,
-    pool_makeup.png into `workdir` (each atomically)."""
+    """Write table.md, reward_curves.png, failure_analysis.png, when a method has CoEvolve rounds
+    pool_makeup.png, and when one has GRPO steps grpo_steps.png into `workdir` (each atomically)."""
     workdir = Path(workdir)
     paths = {
         "table": write_text(workdir / "table.md", table_markdown(results)),
@@ -42,18 +48,24 @@ def write_reports(results: Mapping, workdir: str | os.PathLike) -> dict[str, Pat
     }
     if any(coevolve_rounds(method) for method in results["methods"].values()):
         paths["pool_makeup"] = plot_pool_makeup(results, workdir / "pool_makeup.png")
+    if any(grpo_step_rewards(method) for method in results["methods"].values()):
+        paths["grpo_steps"] = plot_grpo_steps(results, workdir / "grpo_steps.png")
     return paths
 
 
 def write_study_reports(runs: Sequence[Mapping], directory: str | os.PathLike) -> dict[str, Path]:
-    """Write reward_curves.png, failure_analysis.png (mean ± std over `runs`) and details.md into `directory`."""
+    """Write reward_curves.png, failure_analysis.png (mean ± std over `runs`), details.md and, when a method
+    has GRPO steps, grpo_steps.png into `directory`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    return {
+    paths = {
         "reward_curves": plot_reward_curves(runs, directory / "reward_curves.png"),
         "failure_analysis": plot_failure_analysis(runs, directory / "failure_analysis.png"),
         "details": write_text(directory / "details.md", details_markdown(runs)),
     }
+    if any(grpo_step_rewards(method) for run in runs for method in run["methods"].values()):
+        paths["grpo_steps"] = plot_grpo_steps(runs, directory / "grpo_steps.png")
+    return paths
 
 
 def _results_path(arg: str) -> Path:
