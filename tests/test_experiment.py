@@ -293,6 +293,20 @@ def test_a_dpo_phase_scores_the_reference_only_on_the_pairs_its_updates_see(tiny
         assert 0 < len(first) < len(pairs) and np.all(saved["chosen"][~saved["computed"]] == 0)
 
 
+def test_zero_shot_evaluates_the_starting_parameters_without_training_or_saving_them(tmp_path):
+    results = run(tiny_config(methods=("zero_shot",), iterations=2), str(tmp_path))
+    (entry,) = results["methods"]["Zero-shot"]["iterations"]
+    assert entry["iteration"] == 0
+    assert {split: summary["episodes"] for split, summary in entry["eval"].items()} == {
+        "test_seen": 4,
+        "test_unseen": 4,
+    }
+    stages = json.loads((tmp_path / "stages.json").read_text())
+    assert sorted(stages) == ["eval/base/test_seen", "eval/base/test_unseen"]  # no SFT: nothing needs it
+    assert not (tmp_path / "policies").exists() or not os.listdir(tmp_path / "policies")
+    assert "| Zero-shot |" in (tmp_path / "table.md").read_text()
+
+
 @pytest.mark.slow
 def test_matched_exploration_plays_each_task_twice_for_single_explorer_methods(tmp_path):
     config = tiny_config(methods=("eto", "rft"), match_exploration=True, sft={"rft_epochs": 1})
@@ -321,7 +335,7 @@ def test_every_method_runs_end_to_end_and_reports(tmp_path):
     assert load_results(tmp_path / "results.json")["methods"].keys() == results["methods"].keys()
     for title, method in results["methods"].items():
         iterations = [e["iteration"] for e in method["iterations"]]
-        assert iterations == ([0] if title == "SFT" else [0, 1, 2])
+        assert iterations == ([0] if title in ("SFT", "Zero-shot") else [0, 1, 2])
         for entry in method["iterations"]:
             for split in ("test_seen", "test_unseen"):
                 assert entry["eval"][split]["episodes"] == 4

@@ -19,6 +19,7 @@ STAGES = [
     "explore/sft_target/it1",
     "explore/sft_target/it1_x2",
     "explore/sft_failure/it1",
+    "eval/base/test_unseen",  # zero-shot: the untrained starting parameters
     "train/rft_it1_target",
     "eval/rft_it1_target/test_seen",
     "explore/rft_it1_target/it2",
@@ -31,10 +32,10 @@ STAGES = [
     "train/coevolve_rare_it1_target",
     "train/bench",
 ]
-SFT = STAGES[:6]
-RFT = STAGES[6:9]
-ETO = STAGES[9:11]
-COEVO = STAGES[11:14]
+SFT = STAGES[:7]
+RFT = STAGES[7:10]
+ETO = STAGES[10:12]
+COEVO = STAGES[12:15]
 
 
 def test_stage_outputs_name_the_policy_and_the_file_the_stages_write():

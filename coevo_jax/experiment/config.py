@@ -17,8 +17,10 @@ from coevo_jax.train.mapping import dataclass_from_mapping
 
 PAPER_METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")  # Table 1 and ablations
 COEVOLVE_METHODS = tuple(ABLATIONS)  # CoEvolve (arXiv 2604.15840): GRPO + rounds, and its ablations
-METHODS = (*PAPER_METHODS, "grpo", *COEVOLVE_METHODS)  # GRPO is ours (the paper's RL row is PPO)
+# GRPO is ours (the paper's RL row is PPO); zero-shot evaluates the checkpoint untrained (CoEvolve's tables)
+METHODS = ("zero_shot", *PAPER_METHODS, "grpo", *COEVOLVE_METHODS)
 METHOD_TITLES = {
+    "zero_shot": "Zero-shot",
     "sft": "SFT",
     "rft": "RFT",
     "eto": "ETO",

@@ -4,6 +4,8 @@ Every method returns its iterations as results.json entries (see `coevo_jax.expe
 iteration 0 is the SFT target policy's evaluation; each later iteration explores, builds pairs, trains
 and evaluates the new target policy.
 
+* `zero_shot`: the starting parameters evaluated untrained (iteration 0): a pretrained checkpoint's own
+  skill, the row CoEvolve's tables start from.
 * `sft`: behavioural cloning only (iteration 0; eq. 3/5).
 * `rft`: each iteration adds the policy's own successes on the train tasks to the expert set (all
   iterations' successes so far) and fine-tunes the current policy on it with the SFT recipe.
@@ -28,7 +30,7 @@ from coevo_jax.data import pairs as pair_builders
 from coevo_jax.experiment import coevolve_loop
 from coevo_jax.experiment.config import COEVOLVE_METHODS
 from coevo_jax.experiment.rollouts import usable
-from coevo_jax.experiment.stages import SFT_TARGET, Stages
+from coevo_jax.experiment.stages import BASE, SFT_TARGET, Stages
 from coevo_jax.train import StepKind
 
 
@@ -59,6 +61,12 @@ def _train_summary(record: dict) -> dict:
 def _single_explorer_repeat(stages: Stages) -> int:
     """How often ETO and RFT play each task: twice with `match_exploration` (co-evolution has two agents)."""
     return 2 if stages.setup.cfg.match_exploration else 1
+
+
+def run_zero_shot(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    entry = _iteration(0, stages.evaluate(BASE))
+    on_iteration(entry)
+    return [entry]
 
 
 def run_sft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
@@ -205,6 +213,7 @@ def run_coevolve(stages: Stages, iterations: int, on_iteration, *, method: str =
 FAILURE_AGENT_METHODS = ("coevo", "coevo_positive", "coevo_frozen")  # those that train from `sft_failure`
 
 METHOD_RUNNERS = {
+    "zero_shot": run_zero_shot,
     "sft": run_sft,
     "rft": run_rft,
     "eto": run_eto,

@@ -42,6 +42,7 @@ from coevo_jax.experiment.tokenizer import TOKENIZER_DIR
 REUSED_FILE = "reused.json"
 RUN_SHAPE_FIELDS = ("methods", "iterations")
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
+    "base": (),
     "sft": (),
     "rft": ("sft.rft_epochs", "match_exploration"),
     "eto": ("dpo", "match_exploration"),
@@ -56,7 +57,10 @@ _FAMILY = re.compile(r"(?P<family>.+)_it\d+_(?:target|failure)")
 
 
 def policy_family(policy: str) -> str | None:
-    """'sft' for the base policies, the method for `<method>_it<k>_<agent>`, None for any other name."""
+    """'base' for the untrained starting parameters, 'sft' for the base policies, the method for
+    `<method>_it<k>_<agent>`, None for any other name."""
+    if policy == "base":
+        return "base"
     if policy in ("sft_target", "sft_failure"):
         return "sft"
     match = _FAMILY.fullmatch(policy)

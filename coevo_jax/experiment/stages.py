@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 SEEDS = {"target": 0, "failure": 1}  # the two base policies differ by initialisation / data-order seed
 SFT_TARGET = "sft_target"
+BASE = "base"  # the starting parameters, untrained: the checkpoint's (a scratch model's: the target's init)
 ROLLOUTS_DIR = "rollouts"
 
 
@@ -75,10 +76,14 @@ class Stages:
     # --- policies ------------------------------------------------------------------------------------------
 
     def params(self, name: str) -> dict:
-        """The saved policy `name` (kept in memory while it is the latest one asked for)."""
+        """The saved policy `name`, or for `BASE` the target agent's starting parameters, never saved (kept
+        in memory while it is the latest one asked for)."""
         if name not in self._loaded:
-            saved = self.store.load_policy(name, self.setup.abstract_params, base=self.setup.base_fingerprint)
-            self._loaded = {name: self.setup.policy(saved)}
+            if name == BASE:
+                self._loaded = {name: self.setup.base_params(self.seed * 2 + SEEDS["target"])}
+            else:
+                saved = self.store.load_policy(name, self.setup.abstract_params, base=self.setup.base_fingerprint)
+                self._loaded = {name: self.setup.policy(saved)}
         return self._loaded[name]
 
     def _keep(self, name: str, params: dict) -> None:
@@ -164,7 +169,7 @@ class Stages:
                     greedy=True,
                     samples_per_task=1,
                     seed=0,
-                    agent=policy.rsplit("_", 1)[-1],
+                    agent="target" if policy == BASE else policy.rsplit("_", 1)[-1],
                     iteration=None,
                 )
                 return rollouts.summarize(trajectories)
