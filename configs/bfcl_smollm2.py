@@ -1,12 +1,17 @@
-"""SmolLM2-135M-Instruct (bundled GGUF, offline) on BFCL multi_turn_base: SFT, RFT, ETO and co-evolution.
+"""SmolLM2-135M-Instruct (bundled GGUF, offline) on BFCL multi_turn_base: zero-shot, SFT and GRPO.
 
-The SQL config's CPU sizing (`sql_smollm2.smollm2_config`) with BFCL's ground truth as experts for the first
-64 of the 150 train tasks (our split: task numbers n % 4 != 3), 32 explored per iteration and 32 of the 50
-test tasks evaluated. Not yet run with SmolLM2. An episode is a whole multi-turn conversation: with the compact function docs the task
-text is 836 SmolLM2 tokens on average and an expert episode 1,833 (p90 2,317, max 2,821; bench/bfcl_sizes.py),
-so sequences and the sampling cache are 3,072 tokens long here (the SQL config's 2,048 would cut a third of
-the experts). Observations are cut at 1,000 characters. The reward is BFCL's checker over the whole
-conversation (1.0 or 0.0); the per-turn accuracy is reported beside it (`metrics` in results.json). Needs
+CoEvolve's BFCL comparison (zero-shot, GRPO, CoEvolve; Qwen3-4B: 26.5 / 58.0 / 63.0) sized for 2 CPU cores:
+the SQL config's SmolLM2 settings (`sql_smollm2.smollm2_config`: full fine-tuning, bf16 training, float32
+sampling) with BFCL's ground truth as experts for the first 32 of the 150 train tasks (our split: task
+numbers n % 4 != 3) for two SFT epochs at lr 1e-4, then one iteration of 2 GRPO steps (4 train tasks x K = 4
+episodes at T = 0.9 each, lr 1e-5, beta 1e-3, all-equal groups dropped: they carry no policy gradient, and a
+135M model's episodes mostly score 0), and the first 16 of the 50 test tasks evaluated greedily. With the
+compact function docs the task text is 836 SmolLM2 tokens on average and an expert episode 1,833 (p90 2,317,
+max 2,821; bench/bfcl_sizes.py), so sequences and the sampling cache are 3,072 tokens long (2,048 would cut a
+third of the experts). Observations are cut at 1,000 characters. The reward is BFCL's checker over the whole
+conversation (1.0 or 0.0); the per-turn accuracy is beside it (`metrics` in results.json). The GRPO rate is
+not tuned (no dev run fits the CPU budget): between the DPO rate that kept SmolLM2's SQL policy intact
+(1e-6) and SFT's. Add `coevolve` to `methods` for CoEvolve's loop on the same steps. Needs
 `pip install --no-deps bfcl-eval==2026.3.23` and mpmath (the `bfcl` extra).
 
     python -m coevo_jax.main --config=configs/bfcl_smollm2.py --workdir=workdir_bfcl
@@ -17,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from ml_collections import ConfigDict  # noqa: E402
 from sql_smollm2 import smollm2_config  # noqa: E402
 
 
@@ -24,11 +30,25 @@ def get_config():
     config = smollm2_config(
         "bfcl",
         {"category": "multi_turn_base", "docs": "compact", "max_observation_chars": 1000},
-        expert_tasks=64,
+        expert_tasks=32,
         rows=4,
     )
+    config.methods = ("zero_shot", "sft", "grpo")
     config.env.train_split = "train"
     config.env.eval_splits = ("test",)
+    config.env.eval_tasks = 16
     config.max_length = 3072
+    config.length_buckets = (512, 768, 1024, 1280, 1536, 2048, 2560)  # experts: 1,833 tokens, p90 2,317
     config.rollout.cache_len = 3072
+
+    config.grpo = ConfigDict()
+    config.grpo.learning_rate = 1e-5
+    config.grpo.samples_per_task = 4
+    config.grpo.tasks_per_step = 4
+    config.grpo.steps_per_iteration = 2
+    config.grpo.batch_size = 8
+    config.grpo.updates_per_batch = 1
+    config.grpo.beta = 1e-3
+    config.grpo.temperature = 0.9
+    config.grpo.drop_equal_groups = True
     return config
