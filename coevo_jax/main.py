@@ -4,12 +4,16 @@ Runs SFT and the configured methods (RFT, ETO, co-evolving agents, ablations) on
 evaluating after every iteration; rerunning the same command on the same workdir resumes. Override any
 config field with `--config.some.field=value` (the config is locked: a misspelt field is an error).
 `--reuse_from=OTHER_WORKDIR` starts a new workdir from another run's stages that the config's differences
-cannot change (a DPO learning-rate sweep without redoing SFT, say).
+cannot change (a DPO learning-rate sweep without redoing SFT, say). Compiled programs are kept in JAX's
+persistent compilation cache (`--compilation_cache`, by default `<workdir>/compilation_cache`), so a resumed
+job reads its train steps and samplers back instead of compiling them again.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -24,7 +28,27 @@ _REUSE_FROM = flags.DEFINE_string(
     "A run's workdir whose finished stages the config's differences cannot change (e.g. everything but the "
     "pair-trained methods when only dpo.* differs) seed the new --workdir (coevo_jax.experiment.reuse).",
 )
+_COMPILATION_CACHE = flags.DEFINE_string(
+    "compilation_cache",
+    None,
+    "Directory of JAX's persistent compilation cache (default: <workdir>/compilation_cache; 'none': off). "
+    "Ignored when JAX_COMPILATION_CACHE_DIR is set.",
+)
 flags.mark_flags_as_required(["config", "workdir"])
+
+CACHE_SUBDIR = "compilation_cache"
+
+
+def compilation_cache_dir(
+    flag: str | None, workdir: str, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """Where the job keeps compiled programs: JAX_COMPILATION_CACHE_DIR when set (JAX reads it itself: None
+    here), else the flag's directory ('none': no cache), else `<workdir>/compilation_cache`."""
+    if environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return None
+    if flag is not None:
+        return None if flag.lower() == "none" else flag
+    return os.path.join(workdir, CACHE_SUBDIR)
 
 
 def main(argv) -> None:
@@ -36,6 +60,9 @@ def main(argv) -> None:
     from coevo_jax.experiment.run import run
     from coevo_jax.experiment.tables import table_markdown
 
+    cache = compilation_cache_dir(_COMPILATION_CACHE.value, _WORKDIR.value)
+    if cache is not None:
+        jax.config.update("jax_compilation_cache_dir", cache)
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax reports every save at INFO
     sharding.maybe_initialize_distributed()
