@@ -160,14 +160,18 @@ def main() -> None:
             iteration=None,
             temperature=cfg.grpo.temperature,
         )
-        if step == 1:
-            key = lambda t: t.traj_id  # noqa: E731
-            same = [
-                a.tokens == b.tokens
-                for a, b in zip(sorted(ours, key=key), sorted(theirs, key=key), strict=True)
-            ]
+        if step == 1:  # token ids and rewards exactly; log-probs to their last bits (batch composition)
+            key = lambda t: (t.task_id, t.traj_id.rsplit("/", 1)[-1])  # noqa: E731
+            pairs = list(zip(sorted(ours, key=key), sorted(theirs, key=key), strict=True))
+            same = [a.tokens.ids == b.tokens.ids and a.reward == b.reward for a, b in pairs]
+            gap = max(
+                float(np.max(np.abs(np.subtract(a.tokens.logprobs, b.tokens.logprobs)), initial=0.0))
+                for a, b in pairs
+                if a.tokens.ids == b.tokens.ids
+            )
             print(
-                f"step 1 (GRPO sampled the SFT policy itself): {sum(same)} of {len(same)} episodes identical"
+                f"step 1 (GRPO sampled the SFT policy itself): {sum(same)} of {len(same)} episodes with the same "
+                f"tokens and reward; sampled log-probs within {gap:.1e}"
             )
         trained.append(_step_view(ours))
         baseline.append(_step_view(theirs))
