@@ -118,6 +118,22 @@ def make_mesh(config: MeshConfig, devices: Sequence[jax.Device] | None = None) -
     return jax.make_mesh(config.shape(len(devices)), names, axis_types=auto, devices=devices)
 
 
+def process_mesh_config(config: MeshConfig, rules: ShardingRules) -> MeshConfig:
+    """The mesh of one process's own devices, for work that stays inside the process (its rollouts): the
+    weight-storage axes (`rules.storage_axes`, data and FSDP) fold into the first of them (-1), every other
+    axis keeps its size. Compute gathers the storage axes anyway, so a device computes on the same weight
+    shards as on the global mesh; batch rows are spread over the process's devices."""
+    fill = next((name for name, _ in config.axes if name in rules.storage_axes), None)
+    if any(size == -1 for name, size in config.axes if name not in rules.storage_axes):
+        fill = None  # a non-storage axis already takes the remaining devices
+    return MeshConfig(
+        tuple(
+            (name, -1 if name == fill else 1 if name in rules.storage_axes else size)
+            for name, size in config.axes
+        )
+    )
+
+
 def spec_for(logical_axes: Sequence[str | None], rules: Sequence[Rule]) -> PartitionSpec:
     """PartitionSpec of logical axis names under `rules` (unknown names stay unsharded)."""
     mapping = dict(rules)
@@ -219,6 +235,34 @@ def device_layout(batch: Mapping[str, np.ndarray], num_microbatches: int = 1) ->
     return out
 
 
+def process_rows(batch: Mapping[str, np.ndarray], mesh: Mesh, rules: ShardingRules) -> dict[str, np.ndarray]:
+    """This process's part of a global batch in device layout that every process holds whole: the rows its
+    devices hold, which it passes to `place_batch` (the whole batch on a single host). A mesh whose
+    process does not hold one contiguous block of rows is an error."""
+    if jax.process_count() == 1:
+        return dict(batch)
+    out = {}
+    for key, value in batch.items():
+        value = np.asarray(value)
+        sharding = NamedSharding(mesh, batch_spec(value.ndim, rules))
+        spans = sorted(
+            {
+                idx[1].indices(value.shape[1])[:2]
+                for idx in sharding.addressable_devices_indices_map(value.shape).values()
+            }
+        )
+        start, stop = spans[0][0], spans[-1][1]
+        if (
+            sum(b - a for a, b in spans) != stop - start
+            or (stop - start) * jax.process_count() != value.shape[1]
+        ):
+            raise ValueError(
+                f"batch entry {key!r}: process {jax.process_index()} holds rows {spans}, not one block"
+            )
+        out[key] = value[:, start:stop]
+    return out
+
+
 def place_batch(batch: Mapping[str, np.ndarray], mesh: Mesh, rules: ShardingRules) -> dict[str, jax.Array]:
     """Global device arrays from this process's part of a batch (all of it on a single host).
 
@@ -261,5 +305,6 @@ def maybe_initialize_distributed(environ: Mapping[str, str] = os.environ) -> boo
             num_processes=int(environ["JAX_NUM_PROCESSES"]),
             process_id=int(environ["JAX_PROCESS_ID"]),
         )
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes (tests, one machine)
     jax.distributed.initialize(**kwargs)
     return True

@@ -7,6 +7,8 @@
 # JAX reads the pod topology from the TPU metadata server, so COEVO_DISTRIBUTED=1 is all
 # `jax.distributed.initialize()` needs. SETUP=1 needs REPO_URL (your clone's URL); REPO_DIR and PROJECT
 # may be overridden.
+# Pass --workdir=DIR on a file system every host mounts: all processes run the main job on it (each plays
+# its share of the rollouts; process 0 writes the records; Orbax saves collectively), see launch/README.md.
 set -euo pipefail
 
 TPU_NAME=${1:?usage: tpu_pod.sh TPU_NAME ZONE CONFIG [flags...]}

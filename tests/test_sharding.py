@@ -27,6 +27,18 @@ def test_mesh_config_fills_the_free_axis_and_rejects_misfits():
         sharding.MeshConfig(axes=(("data", -1), ("fsdp", -1)))
 
 
+def test_a_process_mesh_folds_the_storage_axes_and_keeps_tensor_parallelism():
+    rules = sharding.ShardingRules()
+    local = lambda axes: sharding.process_mesh_config(sharding.MeshConfig(axes=axes), rules).axes
+    assert local((("data", -1), ("fsdp", 1), ("tensor", 1))) == (("data", -1), ("fsdp", 1), ("tensor", 1))
+    assert local((("data", 1), ("fsdp", 8), ("tensor", 2))) == (("data", -1), ("fsdp", 1), ("tensor", 2))
+    assert local((("data", 1), ("fsdp", 1), ("tensor", -1))) == (("data", 1), ("fsdp", 1), ("tensor", -1))
+    # one process: its rows are the whole batch
+    batch = sharding.device_layout(sft_batch(0, rows=16))
+    rows = sharding.process_rows(batch, mesh_of(MESHES["data2_fsdp4"]), rules)
+    assert all(np.array_equal(rows[k], batch[k]) for k in batch)
+
+
 def test_default_rules_shard_weights_fsdp_and_tensor():
     mesh = mesh_of(MESHES["cube2"])
     _, abstract = abstract_model(TINY)

@@ -39,7 +39,7 @@ from coevo_jax import checkpoints, losses
 from coevo_jax.data.batching import collate_grpo, plan_batches, sampled_sequence
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
-from coevo_jax.experiment import rollouts
+from coevo_jax.experiment import processes, rollouts
 from coevo_jax.experiment.config import GRPOConfig
 from coevo_jax.experiment.phases import _buckets, _place
 from coevo_jax.experiment.policy import PolicySetup
@@ -241,7 +241,8 @@ def grpo_phase(
                 seed,
             )
             history.append(record)
-            write_json_atomic(history_path, history)
+            if processes.is_primary():
+                write_json_atomic(history_path, history)
             position = checkpoints.LoopPosition(epoch=0, phase="grpo", step=step + 1)
             checkpoints.save(manager, step + 1, state, position, base=setup.base_fingerprint)
             manager.wait_until_finished()

@@ -15,6 +15,7 @@ import jax
 from jax.sharding import Mesh
 
 from coevo_jax import sharding
+from coevo_jax.experiment import processes
 from coevo_jax.experiment.config import ModelSpec
 from coevo_jax.experiment.tokenizer import scratch_tokenizer
 from coevo_jax.models import ModelConfig
@@ -33,7 +34,9 @@ def policy_model(
     """(model config with the training dtype policy, tokenizer, checkpoint parameters or None for scratch)."""
     pretrained = None
     if spec.source == "scratch":
-        tokenizer = scratch_tokenizer(workdir, experts, spec.vocab_size)
+        tokenizer = processes.primary_first(  # trained and saved by process 0, read by the others
+            "tokenizer", lambda: scratch_tokenizer(workdir, experts, spec.vocab_size)
+        )
         model_cfg = ModelConfig(
             vocab_size=len(tokenizer),
             hidden_size=spec.hidden_size,

@@ -5,7 +5,8 @@ bucketed batches, and saves a mid-phase checkpoint (TrainState + epoch/batch pos
 `checkpoint_every_steps` updates, so a killed run resumes inside the phase with the same batches in the
 same order. DPO phases compute the reference log-probs (the policy as the phase starts: under LoRA, the
 shared base plus the adapters as they were) once per pair before the first update and keep them on the
-host; every epoch's batches carry them. Under LoRA the train state holds the adapters only; the frozen base
+host; every epoch's batches carry them. Every process builds every batch whole and feeds the rows its
+devices hold (`sharding.process_rows`). Under LoRA the train state holds the adapters only; the frozen base
 goes into every step beside it, and the checkpoints record which base the adapters belong to.
 """
 
@@ -28,6 +29,7 @@ from coevo_jax.data.batching import (
     tokenize_pairs,
     tokenize_sft_examples,
 )
+from coevo_jax.experiment import processes
 from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
@@ -62,7 +64,8 @@ def _buckets(setup: PolicySetup) -> tuple[int, ...]:
 
 def _place(setup: PolicySetup, batch: dict) -> dict:
     layout = sharding.device_layout(batch, setup.cfg.num_microbatches)
-    return sharding.place_batch(layout, setup.mesh, setup.rules)
+    rows = sharding.process_rows(layout, setup.mesh, setup.rules)
+    return sharding.place_batch(rows, setup.mesh, setup.rules)
 
 
 def sft_phase(
@@ -178,11 +181,12 @@ def _reference_logps(
         batch = collate_dpo([tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad)
         batch = {k: v for k, v in batch.items() if k in steps.reference.keys}
         placed = _place(setup, batch)
-        c, r = jax.device_get(steps.reference(params, placed))
+        c, r = processes.to_host(steps.reference(params, placed))
         chosen[list(idx)] = np.asarray(c).reshape(-1)[: len(idx)]
         rejected[list(idx)] = np.asarray(r).reshape(-1)[: len(idx)]
-    with atomic_path(path) as tmp:
-        np.savez(tmp, chosen=chosen, rejected=rejected, computed=computed)
+    if processes.is_primary():
+        with atomic_path(path) as tmp:
+            np.savez(tmp, chosen=chosen, rejected=rejected, computed=computed)
     return chosen, rejected
 
 

@@ -5,6 +5,11 @@ Both agents share one architecture and mesh, so one `PolicySetup` serves them. `
 from the pieces: `experiment.model` (architecture, tokenizer, checkpoint parameters) and
 `experiment.programs` (train steps and samplers, each compiled once).
 
+Rollouts sample on the rollout mesh: with one process the training mesh itself; with several, the process's
+own devices (`sharding.process_mesh_config`), so that each process plays its own episodes without waiting
+for the others (`experiment.rollouts`). An actor then samples from a copy of the policy all-gathered to the
+host and placed on that mesh: one host copy of the policy per process and one all-gather per rollout.
+
 A policy is always handled whole (a pure dict of all its parameters). Under LoRA both agents and every
 reference share one frozen base (`lora_base`, never copied), a policy is that base plus its own adapters,
 and only the adapters are trained and saved (`trainable`, `policy`), with the base's fingerprint.
@@ -22,6 +27,7 @@ from jax.sharding import Mesh
 
 from coevo_jax import checkpoints, sharding
 from coevo_jax.data.chat_format import chat_format_for
+from coevo_jax.experiment import processes
 from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.experiment.model import policy_model
 from coevo_jax.experiment.programs import Programs
@@ -113,6 +119,20 @@ class PolicySetup:
         return combine_trainable(trainable, self.lora_base)
 
     @functools.cached_property
+    def rollout_mesh(self) -> Mesh:
+        """The samplers' mesh (see the module docstring)."""
+        if processes.count() == 1:
+            return self.mesh
+        config = sharding.process_mesh_config(sharding.MeshConfig(axes=self.cfg.mesh_axes), self.rules)
+        return sharding.make_mesh(config, jax.local_devices())
+
+    @functools.cached_property
+    def rollout_param_shardings(self) -> dict:
+        if processes.count() == 1:
+            return self.param_shardings
+        return policy_shardings(self.model_cfg, self.rollout_mesh, self.rules)
+
+    @functools.cached_property
     def programs(self) -> Programs:
         """The train steps and samplers, built once each."""
         return Programs(
@@ -123,11 +143,15 @@ class PolicySetup:
             self.rules,
             self.param_shardings,
             self.codec.end_of_turn_ids,
+            self.rollout_mesh,
+            self.rollout_param_shardings,
         )
 
     def actor(self, params: dict, *, greedy: bool, seed: int, temperature: float | None = None) -> ModelActor:
         """A fresh multi-turn actor sampling from `params` (`Programs.sampler` for `greedy`, `temperature`)."""
         spec = self.cfg.rollout
+        if processes.count() > 1:  # a copy on this process's devices (collective: every process calls it)
+            params = jax.device_put(processes.to_host(params), self.rollout_param_shardings)
         return ModelActor(
             self.programs.sampler(greedy, temperature),
             params,
@@ -143,6 +167,7 @@ def build_setup(cfg: ExperimentConfig, workdir: str, experts) -> PolicySetup:
     """Mesh over all devices, then the tokenizer and architecture (trained / loaded) for `cfg.model`."""
     spec = cfg.model
     mesh = sharding.make_mesh(sharding.MeshConfig(axes=cfg.mesh_axes))
+    processes.connect(mesh)
     rules = sharding.ShardingRules()
     model_cfg, tokenizer, pretrained = policy_model(spec, workdir, experts, mesh, rules)
     graphdef, _ = abstract_model(model_cfg)

@@ -2,7 +2,8 @@
 
 Both agents have one architecture and mesh, so a bundle of train steps is built once per (optimizer config,
 DPO beta) and each sampler (greedy for evaluation, sampled for exploration, sampled at GRPO's temperature)
-once; inside them jit compiles once per bucket shape.
+once; inside them jit compiles once per bucket shape. The train steps run on the global mesh, the samplers on
+the rollout mesh: the same with one process, each process's own devices with several (`PolicySetup`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Programs:
     rules: sharding.ShardingRules
     param_shardings: dict  # all the policy's parameters (LoRA: base and adapters)
     stop_ids: tuple[int, ...]  # the tokens that end an assistant turn
+    rollout_mesh: Mesh  # the samplers'
+    rollout_param_shardings: dict  # all the policy's parameters on `rollout_mesh`
     built: dict = dataclasses.field(default_factory=dict)
 
     def steps(self, optimizer: OptimizerConfig, beta: float):
@@ -97,8 +100,8 @@ class Programs:
             cache_len=spec.cache_len,
             sampling=sampling,
             stops=StopConfig(stop_ids=self.stop_ids),
-            mesh=self.mesh,
+            mesh=self.rollout_mesh,
             rules=self.rules,
-            param_shardings=self.param_shardings,
+            param_shardings=self.rollout_param_shardings,
             merge_lora=spec.merge_lora,
         )

@@ -4,15 +4,31 @@ Exploration samples (`rollout.temperature`) on the train tasks; evaluation is gr
 stream to a JSONL file in the workdir, so a killed run resumes mid-rollout without replaying finished
 episodes. Trajectories that ended in an environment error or at the context limit are kept in the file
 but left out of pair building (`usable`).
+
+On N processes (`experiment.processes`) the tasks are split: process r plays tasks r, r + N, r + 2N, ... of
+the list with its own actor on its own devices (`PolicySetup.rollout_mesh`), streaming to its own file
+(`part_path`, resumed episode by episode like the single file). Once all have finished, process 0 merges the
+parts into the stage's file, in task and sample order, and every process reads that file: all of them hold
+the same trajectories in the same order. An episode's replies do not depend on which process or batch
+plays it (each is sampled with a key of its own episode, `rollout.actors`), so the episodes are those one
+process plays, up to the last bits of float32 sums over differently composed decode batches. The split
+costs a balance: a process with longer episodes keeps the others waiting at the merge, and within a
+process its own slots only are filled (an even share needs tasks x samples >= N x `rollout.rows`). The
+alternative, one decode batch spread over all processes, would keep every process in lockstep at every
+turn (the same number of decode calls, with the same shapes) for no gain in what is computed.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import zlib
 from collections.abc import Callable, Sequence
 
-from coevo_jax.data.records import Trajectory
+from coevo_jax.data.records import Trajectory, read_trajectories, write_trajectories
 from coevo_jax.envs.base import Environment
+from coevo_jax.experiment import processes
+from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.rollout import RolloutConfig, run_rollouts
 
@@ -74,22 +90,60 @@ def play(
     iteration: int | None,
     temperature: float | None = None,
 ) -> list[Trajectory]:
-    """Episodes of `params` on `task_ids` streamed to `path` (resumed if it exists); all of them returned.
+    """Episodes of `params` on `task_ids` streamed to `path` (resumed if it exists); all of them returned,
+    in task and sample order. On several processes each plays its share (see the module docstring).
 
     `temperature` (GRPO) samples softmax(logits / temperature) without top-p, instead of `rollout`'s."""
     spec = setup.cfg.rollout
-    actor = setup.actor(params, greedy=greedy, seed=seed, temperature=temperature)
-    trajectories, _ = run_rollouts(
-        env_factory,
-        actor,
-        list(task_ids),
-        path,
-        RolloutConfig(
-            agent=agent,
-            iteration=iteration,
-            samples_per_task=samples_per_task,
-            env_workers=spec.env_workers,
-            show_progress=setup.cfg.show_progress,
-        ),
+    config = RolloutConfig(
+        agent=agent,
+        iteration=iteration,
+        samples_per_task=samples_per_task,
+        env_workers=spec.env_workers,
+        show_progress=setup.cfg.show_progress,
     )
-    return trajectories
+    actor = lambda: setup.actor(params, greedy=greedy, seed=seed, temperature=temperature)
+    if processes.count() == 1:
+        return run_rollouts(env_factory, actor(), list(task_ids), path, config)[0]
+    wanted = [(task, sample) for task in task_ids for sample in range(samples_per_task)]
+    if not _holds(path, wanted, config):  # the same answer on every process: only the merge below writes it
+        count, rank = processes.count(), processes.rank()
+        run_rollouts(env_factory, actor(), list(task_ids)[rank::count], part_path(path, rank, count), config)
+        parts = [part_path(path, r, count) for r in range(count)]
+        processes.on_primary(f"merge {path}", lambda: _merge(path, parts))
+        if processes.is_primary():
+            shutil.rmtree(os.path.dirname(os.path.dirname(parts[0])), ignore_errors=True)
+    return _select(read_trajectories(path), wanted, config)
+
+
+def part_path(path: str, rank: int, count: int) -> str:
+    """Process `rank`'s own file of the rollout file `path` when `count` processes split it."""
+    directory, name = os.path.split(path)
+    stage = name.removesuffix(".jsonl")
+    return os.path.join(f"{directory}_by_process", stage, f"{rank}of{count}", name)
+
+
+def _key(trajectory: Trajectory) -> tuple[str, int]:
+    return trajectory.task_id, int(trajectory.sampling.get("sample", 0))
+
+
+def _select(trajectories: Sequence[Trajectory], wanted: Sequence[tuple[str, int]], cfg: RolloutConfig):
+    """The episodes of `cfg`'s agent and iteration that are `wanted` (task, sample), in that order."""
+    mine = {_key(t): t for t in trajectories if t.agent == cfg.agent and t.iteration == cfg.iteration}
+    return [mine[key] for key in wanted if key in mine]
+
+
+def _holds(path: str, wanted: Sequence[tuple[str, int]], cfg: RolloutConfig) -> bool:
+    """Whether the rollout file `path` exists with every wanted episode."""
+    return os.path.exists(path) and len(_select(read_trajectories(path), wanted, cfg)) == len(wanted)
+
+
+def _merge(path: str, parts: Sequence[str]) -> None:
+    """Writes `path` (atomically) with its own episodes, if any, and those of `parts`, each once, sorted by
+    task and sample."""
+    merged: dict[str, Trajectory] = {}
+    for source in [path, *parts]:
+        for trajectory in read_trajectories(source) if os.path.exists(source) else []:
+            merged.setdefault(trajectory.traj_id, trajectory)
+    with atomic_path(path) as tmp:
+        write_trajectories(tmp, sorted(merged.values(), key=_key))

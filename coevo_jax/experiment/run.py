@@ -5,6 +5,11 @@ config is checked (environment name, arguments and splits included) before anyth
 each iteration of each method `results.json` is rewritten (atomically), so a long run can be watched and
 an interrupted one still reports what it finished; at the end the Markdown table and the figures are
 written next to it.
+
+On N processes (`launch/local_processes.sh`, the SLURM and TPU scripts) every process calls `run` with the
+same arguments on a workdir they share: each plays its share of every rollout, all train on the global
+mesh, and process 0 alone writes the workdir's files (`experiment.processes`). The CoEvolve methods run on
+one process only (their task pools and synthesis rounds are not split yet).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import os
 import jax
 
 from coevo_jax import envs
-from coevo_jax.experiment import report, reuse
+from coevo_jax.experiment import processes, report, reuse
 from coevo_jax.experiment.config import EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
 from coevo_jax.experiment.methods import FAILURE_AGENT_METHODS, METHOD_RUNNERS
@@ -54,15 +59,35 @@ def _eval_scalars(writer: ScalarWriter, method: str, entry: dict) -> None:
     writer.flush()
 
 
+class _NoScalars:
+    """The TensorBoard writer of the processes other than process 0 (which alone writes the workdir)."""
+
+    def scalars(self, step, values, prefix=""):
+        pass
+
+    def flush(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        pass
+
+
+def _scalar_writer(logdir: str):
+    return ScalarWriter(logdir) if processes.is_primary() else _NoScalars()
+
+
 def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -> dict:
     """Runs (or resumes) the experiment in `workdir`; returns the results dict also saved there.
 
     `reuse_from`: a finished (or partial) run's workdir whose stages the config's differences cannot change
     seed the new `workdir` (`experiment.reuse`); results.json records them under `reused`."""
-    if jax.process_count() > 1:
+    one_process_only = [m for m in cfg.methods if m.startswith("coevolve")]
+    if jax.process_count() > 1 and one_process_only:
         raise NotImplementedError(
-            "the main job's rollouts and stage records run in one process; start it with one JAX process "
-            f"(this job has {jax.process_count()})"
+            f"methods {', '.join(one_process_only)} run in one process; this job has {jax.process_count()}"
         )
     check_env_config(cfg)
     env_factory = _env_factory(cfg)
@@ -70,21 +95,26 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
     try:
         for split in (cfg.env.train_split, *cfg.env.eval_splits):
             env.tasks(split)  # ValueError naming an unknown split, before the workdir is touched
-        reused = reuse.read_record(workdir)
         if reuse_from:
-            reused = reuse.seed_workdir(
+            seed = lambda: reuse.seed_workdir(
                 reuse_from,
                 workdir,
                 cfg.to_json(),
                 defaults=ExperimentConfig().to_json(),
                 execution_fields=EXECUTION_FIELDS,
             )
+            processes.on_primary("reuse", seed)
+        reused = reuse.read_record(workdir)
+        if reuse_from:
             log.info(reuse.describe(reused))
         store = RunStore(workdir)
+        processes.barrier("workdir read")  # every process read the stage records before any is added
         store.check_config(
             cfg.to_json(), defaults=ExperimentConfig().to_json(), execution_fields=EXECUTION_FIELDS
         )
-        experts = load_or_generate_experts(env, cfg.env, store.workdir)
+        experts = processes.primary_first(
+            "experts", lambda: load_or_generate_experts(env, cfg.env, store.workdir)
+        )
         train_tasks = env.tasks(cfg.env.train_split)[: cfg.env.explore_tasks]
         eval_tasks = {split: env.tasks(split)[: cfg.env.eval_tasks] for split in cfg.env.eval_splits}
     finally:
@@ -112,7 +142,7 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
     if reused is not None:
         results["reused"] = {"from": reused["source"], "stages": reused["stages"]}
     results_path = os.path.join(store.workdir, RESULTS_FILE)
-    with ScalarWriter(os.path.join(store.workdir, "tensorboard")) as writer:
+    with _scalar_writer(os.path.join(store.workdir, "tensorboard")) as writer:
         stages = Stages(
             setup,
             store,
@@ -134,10 +164,13 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
                 iterations = results["methods"][title]["iterations"]
                 iterations[:] = [e for e in iterations if e["iteration"] != entry["iteration"]] + [entry]
                 _eval_scalars(writer, method, entry)
-                write_json_atomic(results_path, results)
+                if processes.is_primary():
+                    write_json_atomic(results_path, results)
 
             METHOD_RUNNERS[method](stages, cfg.iterations, on_iteration)
     store.close()
-    paths = report.write_reports(results, store.workdir)
-    log.info("reports: %s", ", ".join(str(p) for p in paths.values()))
+    if processes.is_primary():
+        paths = report.write_reports(results, store.workdir)
+        log.info("reports: %s", ", ".join(str(p) for p in paths.values()))
+    processes.barrier("reports")
     return results

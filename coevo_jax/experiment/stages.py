@@ -82,7 +82,9 @@ class Stages:
             if name == BASE:
                 self._loaded = {name: self.setup.base_params(self.seed * 2 + SEEDS["target"])}
             else:
-                saved = self.store.load_policy(name, self.setup.abstract_params, base=self.setup.base_fingerprint)
+                saved = self.store.load_policy(
+                    name, self.setup.abstract_params, base=self.setup.base_fingerprint
+                )
                 self._loaded = {name: self.setup.policy(saved)}
         return self._loaded[name]
 

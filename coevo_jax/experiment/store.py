@@ -5,6 +5,10 @@ once its record is in `stages.json`; rerunning the same command skips done stage
 so work is never redone. Records are written after the stage's outputs (policy checkpoints, trajectory
 files) are complete, and every file write is atomic (`atomic.atomic_path`: a temporary, then a rename), so
 a kill at any moment leaves either the old or the new state, never half of one.
+
+On several processes (`experiment.processes`) every process runs every stage and calls the collective
+Orbax saves and restores; process 0 alone writes the records and the config and removes directories, and
+the other processes take each new stage record from `stages.json` once it is written.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 import orbax.checkpoint as ocp
 
 from coevo_jax.checkpoints import base_metadata, check_base
+from coevo_jax.experiment import processes
 from coevo_jax.experiment.atomic import atomic_path
 
 STAGES_FILE = "stages.json"
@@ -68,7 +73,8 @@ class RunStore:
         `execution_fields` (how the run executes, not what it computes) may change; the record follows."""
         path = os.path.join(self.workdir, CONFIG_FILE)
         if not os.path.exists(path):
-            write_json_atomic(path, config_json)
+            if processes.is_primary():
+                write_json_atomic(path, config_json)
             return
         saved = read_json(path)
         if saved != config_json:
@@ -80,14 +86,17 @@ class RunStore:
                     f"{path}: this workdir was started with a different config (changed: "
                     f"{', '.join(changed)}); use a new --workdir or the original config"
                 )
-            write_json_atomic(path, config_json)  # new fields at their defaults, execution fields as now
+            if processes.is_primary():  # new fields at their defaults, execution fields as now
+                write_json_atomic(path, config_json)
 
     def stage(self, name: str, run: Callable[[], Any]) -> Any:
         """The record of stage `name`: stored if it is done, else `run()`'s (then stored)."""
         if name not in self._stages:
             record = run()
             self._stages[name] = record
-            write_json_atomic(self._stages_path, self._stages)
+            processes.on_primary(f"stage {name}", lambda: write_json_atomic(self._stages_path, self._stages))
+            if processes.count() > 1:  # every process goes on with the record as written (JSON)
+                self._stages[name] = read_json(self._stages_path)[name]
         return self._stages[name]
 
     # --- policies ------------------------------------------------------------------------------------------
@@ -102,9 +111,13 @@ class RunStore:
         """Saves parameters (Orbax, atomic: a temporary directory is renamed when complete); LoRA adapters
         with `base`, the fingerprint of the base they belong to (`checkpoints.base_fingerprint`)."""
         path = self.policy_dir(name)
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+
+        def clear():
+            if os.path.exists(path):
+                shutil.rmtree(path)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+
+        processes.on_primary(f"save {name}", clear)
         self._checkpointer.save(path, params, custom_metadata=base_metadata(base))
         self._checkpointer.wait_until_finished()
 
@@ -124,7 +137,9 @@ class RunStore:
         return path
 
     def clear_scratch(self, name: str) -> None:
-        shutil.rmtree(os.path.join(self.workdir, "partial", name.replace("/", "_")), ignore_errors=True)
+        processes.barrier(f"clear {name}")  # no process still reads it
+        if processes.is_primary():
+            shutil.rmtree(os.path.join(self.workdir, "partial", name.replace("/", "_")), ignore_errors=True)
 
     def close(self) -> None:
         self._checkpointer.close()
