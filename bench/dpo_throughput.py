@@ -50,7 +50,7 @@ def _setup(dtype_name: str):
 
     from coevo_jax import sharding
     from coevo_jax.models import abstract_model
-    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
     from coevo_jax.train.state import init_train_state, state_shardings
 
     cfg = anchor_config(dtype_name)
@@ -59,14 +59,12 @@ def _setup(dtype_name: str):
     )
     rules = sharding.ShardingRules()
     opt = OptimizerConfig(learning_rate=anchor.DPO["learning_rate"], warmup_steps=0, weight_decay=0.0)
-    tx = make_optimizer(opt)
+    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, anchor.DPO["beta"])
     graphdef, _ = abstract_model(cfg)
     shardings = state_shardings(cfg, tx, mesh, rules)
-    steps = build_steps(
-        graphdef, tx, make_schedule(opt), shardings, mesh, rules, ObjectiveConfig(beta=anchor.DPO["beta"])
-    )
+    steps = build_steps(graphdef, tx, shardings, mesh, rules, ObjectiveConfig())
     state = init_train_state(cfg, tx, shardings, jax.random.key(0))
-    return steps, state, mesh, rules
+    return steps, scalars, state, mesh, rules
 
 
 def _collate(pairs, indices, mesh, rules, reference=None):
@@ -83,7 +81,7 @@ def _collate(pairs, indices, mesh, rules, reference=None):
     return sharding.place_batch(sharding.device_layout(batch), mesh, rules)
 
 
-def run_phase(steps, state, pairs, mesh, rules):
+def run_phase(steps, scalars, state, pairs, mesh, rules):
     """One 3-epoch phase as `experiment.phases.dpo_phase` runs it: a reference forward once per pair
     (batches in file order), then every epoch in a fresh seeded order with the cached log-probs attached.
     Returns the new state."""
@@ -101,7 +99,9 @@ def run_phase(steps, state, pairs, mesh, rules):
         chosen[indices], rejected[indices] = np.ravel(c), np.ravel(r)
     for epoch in range(anchor.PHASE_EPOCHS):
         for _, indices in plan_batches([LENGTH] * len(pairs), per_step, (LENGTH,), seed=epoch):
-            state, metrics = steps.dpo(state, _collate(pairs, indices, mesh, rules, (chosen, rejected)))
+            state, metrics = steps.dpo(
+                state, _collate(pairs, indices, mesh, rules, (chosen, rejected)), scalars
+            )
         jax.device_get(metrics["loss"])
     return state
 
@@ -109,32 +109,32 @@ def run_phase(steps, state, pairs, mesh, rules):
 def bench_variant(dtype_name: str, warmup: int, timed: int, ceilings: dict) -> dict:
     import jax
 
-    steps, state, mesh, rules = _setup(dtype_name)
+    steps, scalars, state, mesh, rules = _setup(dtype_name)
     pairs = _pairs()
     first = list(range(anchor.DPO["pairs_per_step"]))
     chosen, rejected = jax.device_get(steps.reference(state.params, _collate(pairs, first, mesh, rules)))
     batch = _collate(pairs, first, mesh, rules, (np.ravel(chosen), np.ravel(rejected)))
 
     start = time.perf_counter()
-    state, metrics = steps.dpo(state, batch)
+    state, metrics = steps.dpo(state, batch, scalars)
     jax.block_until_ready(metrics)
     compile_s = time.perf_counter() - start
     for _ in range(max(warmup - 1, 0)):
-        state, metrics = steps.dpo(state, batch)
+        state, metrics = steps.dpo(state, batch, scalars)
         jax.block_until_ready(metrics)
     times = []
     for _ in range(timed):
         start = time.perf_counter()
-        state, metrics = steps.dpo(state, batch)
+        state, metrics = steps.dpo(state, batch, scalars)
         jax.block_until_ready(metrics)
         times.append(time.perf_counter() - start)
     step = anchor.summarize(times)
 
     state = run_phase(
-        steps, state, pairs[: anchor.DPO["pairs_per_step"] * 2], mesh, rules
+        steps, scalars, state, pairs[: anchor.DPO["pairs_per_step"] * 2], mesh, rules
     )  # warm the phase path
     start = time.perf_counter()
-    run_phase(steps, state, pairs, mesh, rules)
+    run_phase(steps, scalars, state, pairs, mesh, rules)
     phase_s = time.perf_counter() - start
 
     pairs_per_step = anchor.DPO["pairs_per_step"]

@@ -36,7 +36,7 @@ def run_case(args) -> dict:
 
     from coevo_jax import sharding
     from coevo_jax.models import abstract_model, combine_trainable, partition_trainable
-    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
     from coevo_jax.train.state import init_params, policy_shardings, state_shardings, train_state_from_params
 
     mode, kind = args.only.split(":")
@@ -48,13 +48,12 @@ def run_case(args) -> dict:
     )
     rules = sharding.ShardingRules()
     opt = OptimizerConfig(learning_rate=1e-5)
-    tx = make_optimizer(opt)
+    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, beta=0.1)
     shardings = state_shardings(cfg, tx, mesh, rules)
     params_sh = policy_shardings(cfg, mesh, rules)
     steps = build_steps(
         abstract_model(cfg)[0],
         tx,
-        make_schedule(opt),
         shardings,
         mesh,
         rules,
@@ -92,16 +91,16 @@ def run_case(args) -> dict:
     own = {k: placed[k] for k in step.keys}
 
     start = time.perf_counter()
-    compiled = step.lower(state, placed, frozen).compile()
+    compiled = step.lower(state, placed, scalars, frozen).compile()
     compile_s = time.perf_counter() - start
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
-    state, metrics = compiled(state, own, frozen)  # warm-up
+    state, metrics = compiled(state, own, scalars, frozen)  # warm-up
     jax.block_until_ready(metrics)
     start = time.perf_counter()
     for _ in range(args.steps):
-        state, metrics = compiled(state, own, frozen)
+        state, metrics = compiled(state, own, scalars, frozen)
     jax.block_until_ready(metrics)
     seconds = (time.perf_counter() - start) / args.steps
     nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))

@@ -43,21 +43,21 @@ def main() -> None:
     args = parser.parse_args()
     import jax
 
-    steps, state, mesh, rules = dpo_throughput._setup(args.dtype)
+    steps, scalars, state, mesh, rules = dpo_throughput._setup(args.dtype)
     pairs = dpo_throughput._pairs()
     first = list(range(8))
     chosen, rejected = jax.device_get(
         steps.reference(state.params, dpo_throughput._collate(pairs, first, mesh, rules))
     )
     batch = dpo_throughput._collate(pairs, first, mesh, rules, (np.ravel(chosen), np.ravel(rejected)))
-    names = _op_names(steps.dpo.lower(state, batch).compile().as_text())
+    names = _op_names(steps.dpo.lower(state, batch, scalars).compile().as_text())
     for _ in range(2):
-        state, metrics = steps.dpo(state, batch)
+        state, metrics = steps.dpo(state, batch, scalars)
         jax.block_until_ready(metrics)
     with tempfile.TemporaryDirectory() as trace_dir:
         jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
         for _ in range(args.steps):
-            state, metrics = steps.dpo(state, batch)
+            state, metrics = steps.dpo(state, batch, scalars)
             jax.block_until_ready(metrics)
         jax.profiler.stop_trace()
         trace = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]

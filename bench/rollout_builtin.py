@@ -28,7 +28,7 @@ def _sft(model_cfg, experts, tokenizer, fmt, epochs: int, batch_size: int, lr: f
     from coevo_jax import sharding
     from coevo_jax.data.batching import iter_sft_batches, tokenize_sft_examples
     from coevo_jax.models import abstract_model
-    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
     from coevo_jax.train.state import init_train_state, state_shardings
 
     mesh = sharding.make_mesh(
@@ -45,10 +45,10 @@ def _sft(model_cfg, experts, tokenizer, fmt, epochs: int, batch_size: int, lr: f
             epochs * steps_per_epoch, WARMUP_STEPS + 1
         ),  # the schedule needs one step past warm-up
     )
-    tx = make_optimizer(opt)
+    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, beta=0.0)
     graphdef, _ = abstract_model(model_cfg)
     shardings = state_shardings(model_cfg, tx, mesh, rules)
-    steps = build_steps(graphdef, tx, make_schedule(opt), shardings, mesh, rules, ObjectiveConfig())
+    steps = build_steps(graphdef, tx, shardings, mesh, rules, ObjectiveConfig())
     state = init_train_state(model_cfg, tx, shardings, jax.random.key(0))
     start, tokens, loss = time.perf_counter(), 0, float("nan")
     for epoch in range(epochs):
@@ -61,7 +61,7 @@ def _sft(model_cfg, experts, tokenizer, fmt, epochs: int, batch_size: int, lr: f
         ):
             tokens += int(batch["attention_mask"].sum())
             placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
-            state, metrics = steps.sft(state, placed)
+            state, metrics = steps.sft(state, placed, scalars)
         loss = float(metrics["loss"])
         print(f"  SFT epoch {epoch + 1}/{epochs}: loss {loss:.3f}")
     seconds = time.perf_counter() - start

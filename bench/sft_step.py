@@ -18,7 +18,7 @@ from shapes import anchor_config
 
 from coevo_jax import sharding
 from coevo_jax.models import abstract_model
-from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
 from coevo_jax.train.state import init_train_state, state_shardings
 
 VOCAB = 620  # the built-in environment's trained tokenizer
@@ -38,10 +38,10 @@ def main() -> None:
     )
     rules = sharding.ShardingRules()
     opt = OptimizerConfig(learning_rate=1e-3)
-    tx = make_optimizer(opt)
+    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, beta=0.0)
     graphdef, _ = abstract_model(cfg)
     shardings = state_shardings(cfg, tx, mesh, rules)
-    steps = build_steps(graphdef, tx, make_schedule(opt), shardings, mesh, rules, ObjectiveConfig())
+    steps = build_steps(graphdef, tx, shardings, mesh, rules, ObjectiveConfig())
     state = init_train_state(cfg, tx, shardings, jax.random.key(0))
     print(f"{'rows':>5} {'length':>6} {'s/step':>7} {'tokens/s':>9}")
     for rows, length in ((16, 512), (16, 1024), (32, 256)):
@@ -55,11 +55,11 @@ def main() -> None:
             example_mask=np.ones((rows,), np.int32),
         )
         placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
-        state, metrics = steps.sft(state, placed)
+        state, metrics = steps.sft(state, placed, scalars)
         jax.block_until_ready(metrics["loss"])
         start = time.perf_counter()
         for _ in range(3):
-            state, metrics = steps.sft(state, placed)
+            state, metrics = steps.sft(state, placed, scalars)
         jax.block_until_ready(metrics["loss"])
         seconds = (time.perf_counter() - start) / 3
         print(f"{rows:5d} {length:6d} {seconds:7.3f} {rows * length / seconds:9.0f}")

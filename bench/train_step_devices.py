@@ -42,7 +42,7 @@ def run(args) -> None:
 
     from coevo_jax import sharding
     from coevo_jax.models import ModelConfig, abstract_model
-    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
     from coevo_jax.train.state import init_train_state, policy_shardings, state_shardings
 
     if args.preset == "llama2_7b":
@@ -73,13 +73,12 @@ def run(args) -> None:
     mesh = sharding.make_mesh(sharding.MeshConfig(axes=MESHES[args.mesh]))
     rules = sharding.ShardingRules()
     opt = OptimizerConfig(learning_rate=1e-4)
-    tx = make_optimizer(opt)
+    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, beta=0.1)
     graphdef, _ = abstract_model(cfg)
     shardings = state_shardings(cfg, tx, mesh, rules)
     steps = build_steps(
         graphdef,
         tx,
-        make_schedule(opt),
         shardings,
         mesh,
         rules,
@@ -87,7 +86,7 @@ def run(args) -> None:
         param_shardings=policy_shardings(cfg, mesh, rules),
     )
     if args.compile_only:
-        compile_only(args, cfg, tx, shardings, steps, mesh, rules)
+        compile_only(args, cfg, tx, shardings, steps, scalars, mesh, rules)
         return
     state = init_train_state(cfg, tx, shardings, jax.random.key(0))
 
@@ -113,15 +112,15 @@ def run(args) -> None:
         for s in leaf.addressable_shards
         if s.device == device0
     )
-    compiled = steps.sft.lower(state, placed).compile()
+    compiled = steps.sft.lower(state, placed, scalars).compile()
     memory = compiled.memory_analysis()
 
-    state, metrics = steps.sft(state, placed)  # warm-up (compile)
+    state, metrics = steps.sft(state, placed, scalars)  # warm-up (compile)
     jax.block_until_ready(metrics)
     times = []
     for _ in range(args.iters):
         start = time.perf_counter()
-        state, metrics = steps.sft(state, placed)
+        state, metrics = steps.sft(state, placed, scalars)
         jax.block_until_ready(metrics)
         times.append(time.perf_counter() - start)
     tokens = float(metrics["tokens"])
@@ -140,7 +139,7 @@ def run(args) -> None:
     )
 
 
-def compile_only(args, cfg, tx, shardings, steps, mesh, rules) -> None:
+def compile_only(args, cfg, tx, shardings, steps, scalars, mesh, rules) -> None:
     """Per-device memory analysis of the SFT (or DPO) step compiled on abstract (never allocated) inputs."""
     import jax
     import jax.numpy as jnp
@@ -175,7 +174,7 @@ def compile_only(args, cfg, tx, shardings, steps, mesh, rules) -> None:
             batch[key] = jax.ShapeDtypeStruct((1, args.rows // 2), jnp.float32, sharding=per_row)
     step = steps.sft if args.step == "sft" else steps.dpo
     start = time.perf_counter()
-    memory = step.lower(state, batch, frozen).compile().memory_analysis()
+    memory = step.lower(state, batch, scalars, frozen).compile().memory_analysis()
     total = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
     frozen_total = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(frozen))
     print(

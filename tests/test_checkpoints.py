@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from train_fixtures import MESHES, TINY, fresh_state, mesh_of, placed, setup, sft_batch, to_numpy
+from train_fixtures import MESHES, SCALARS, TINY, fresh_state, mesh_of, placed, setup, sft_batch, to_numpy
 
 from coevo_jax import checkpoints
 from coevo_jax.models import load_pretrained
@@ -21,14 +21,14 @@ def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
 
     state = fresh_state(shardings_a)
     for batch in batches[:2]:
-        state, _ = steps_a.sft(state, placed(batch, mesh_a, rules))
+        state, _ = steps_a.sft(state, placed(batch, mesh_a, rules), SCALARS)
     manager = checkpoints.make_manager(tmp_path / "ckpt")
     position = checkpoints.LoopPosition(epoch=1, phase="train/coevo_it1_target", step=2)
     checkpoints.save(manager, 2, state, position)
     manager.wait_until_finished()
     saved = to_numpy(state)
 
-    uninterrupted, metrics_a = steps_a.sft(state, placed(batches[2], mesh_a, rules))
+    uninterrupted, metrics_a = steps_a.sft(state, placed(batches[2], mesh_a, rules), SCALARS)
 
     target = abstract_state(TINY, tx, shardings_b)
     restored, restored_position = checkpoints.restore(checkpoints.make_manager(tmp_path / "ckpt"), target)
@@ -37,7 +37,7 @@ def test_resume_on_another_mesh_equals_the_uninterrupted_run(tmp_path):
     # Parameters, optimizer state and step, bit for bit.
     jax.tree.map(np.testing.assert_array_equal, to_numpy(restored), saved)
 
-    resumed, metrics_b = steps_b.sft(restored, placed(batches[2], mesh_b, rules))
+    resumed, metrics_b = steps_b.sft(restored, placed(batches[2], mesh_b, rules), SCALARS)
     np.testing.assert_allclose(metrics_b["loss"], metrics_a["loss"], rtol=1e-5)
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),

@@ -1,6 +1,7 @@
 """The main job's pieces: configs, the resumable training phases, rollout summaries, and a tiny run of
 every method end to end in a temporary workdir (8 fake devices: sharded steps and samplers)."""
 
+import collections
 import dataclasses
 import importlib.util
 import json
@@ -23,11 +24,13 @@ from coevo_jax.experiment.config import (
 )
 from coevo_jax.experiment.experts import generate_experts
 from coevo_jax.experiment.policy import build_setup
+from coevo_jax.experiment.programs import Programs
 from coevo_jax.experiment.results import load_results
 from coevo_jax.experiment.run import run
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.experiment.tensorboard import read_scalars
 from coevo_jax.train import StepKind
+from coevo_jax.train.steps import JittedStep, JittedTrainStep, PolicySteps
 
 CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
 
@@ -324,13 +327,54 @@ def test_matched_exploration_plays_each_task_twice_for_single_explorer_methods(t
     assert [k for k in stages if k.startswith("explore/sft_target/")] == ["explore/sft_target/it1_x2"]
 
 
+def _count_compilations(monkeypatch) -> dict:
+    """Records every bundle of train steps the run builds and each program's distinct batch shapes; returns
+    {program name: (compilations over all bundles, distinct batch shapes)} when called after the run."""
+    bundles, shapes = [], collections.defaultdict(set)
+    build = Programs._build_steps
+
+    def recording_build(self, *args, **kwargs):
+        built = build(self, *args, **kwargs)
+        bundles.append(built[0])
+        return built
+
+    def recording(call):
+        def recorded(self, first, batch, *rest, **kwargs):
+            shapes[self].add(tuple(sorted((k, batch[k].shape) for k in self.keys)))
+            return call(self, first, batch, *rest, **kwargs)
+
+        return recorded
+
+    monkeypatch.setattr(Programs, "_build_steps", recording_build)
+    monkeypatch.setattr(JittedStep, "__call__", recording(JittedStep.__call__))
+    monkeypatch.setattr(JittedTrainStep, "__call__", recording(JittedTrainStep.__call__))
+
+    def counts() -> dict:
+        names = [field.name for field in dataclasses.fields(PolicySteps)]
+        programs = {name: [getattr(bundle, name) for bundle in bundles] for name in names}
+        return {
+            name: (sum(p.compilations for p in ps), len(set().union(*(shapes[p] for p in ps))))
+            for name, ps in programs.items()
+        }
+
+    return counts
+
+
 @pytest.mark.slow
-def test_every_method_runs_end_to_end_and_reports(tmp_path):
+def test_every_method_runs_end_to_end_and_reports(tmp_path, monkeypatch):
     # CoEvolve's ablations differ from `coevolve` only in its round's settings: tests/test_coevolve_loop.py runs
     # each through the method runner, and tests/test_coevolve_experiment.py one through the main job
     methods = tuple(m for m in METHODS if m not in ABLATIONS or m == "coevolve")
-    cfg = tiny_config(methods=methods, iterations=2)
+    # each iteration's DPO phases take another lr and beta, RFT's SFT phases are shorter than the base SFT
+    dpo = {"learning_rates": (1e-3, 5e-4), "betas": (0.1, 0.5)}
+    cfg = tiny_config(methods=methods, iterations=2, dpo=dpo, sft={"rft_epochs": 1})
+    compilations = _count_compilations(monkeypatch)
     results = run(cfg, str(tmp_path))
+    counts = compilations()
+    print("compilations, batch shapes per program:", counts)
+    # one compiled program per batch shape (bucket) over the whole run, whatever each phase's scalars
+    assert all(shapes > 0 for _, shapes in counts.values()), counts
+    assert all(compiled == shapes for compiled, shapes in counts.values()), counts
     assert list(results["methods"]) == [METHOD_TITLES[m] for m in methods]
     assert load_results(tmp_path / "results.json")["methods"].keys() == results["methods"].keys()
     for title, method in results["methods"].items():

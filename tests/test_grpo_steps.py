@@ -6,16 +6,26 @@ import jax
 import numpy as np
 import pytest
 from seeds import fresh_seed
-from train_fixtures import MESHES, OBJ, PAD, TINY, fresh_state, mesh_of, placed, setup, single_mesh, to_numpy
+from train_fixtures import (
+    MESHES,
+    OBJ,
+    PAD,
+    SCALARS,
+    TINY,
+    fresh_state,
+    mesh_of,
+    placed,
+    setup,
+    single_mesh,
+    to_numpy,
+)
 
 from coevo_jax.data.batching import SampledSequence, collate_grpo
 from coevo_jax.data.chat_format import TokenizedTrajectory
 from coevo_jax.train import GRPOObjective, StepKind
 from coevo_jax.train.steps import grpo_keys
 
-GRPO_OBJ = OBJ.__class__(
-    beta=OBJ.beta, logprob_chunk_size=OBJ.logprob_chunk_size, grpo=GRPOObjective(beta=0.05)
-)
+GRPO_OBJ = OBJ.__class__(logprob_chunk_size=OBJ.logprob_chunk_size, grpo=GRPOObjective(beta=0.05))
 PARAM_TOL = dict(rtol=1e-5, atol=2e-5)  # as tests/test_train_steps.py (Adam's first update near |g| ~ eps)
 
 
@@ -56,12 +66,14 @@ def _two_updates(mesh, shardings, steps, rules, num_microbatches=1):
 
     state = fresh_state(shardings)
     reference = to_numpy(state.params)
-    state, _ = steps.sft(state, placed(sft_batch(0, rows=16, real=13), mesh, rules, num_microbatches))
+    state, _ = steps.sft(
+        state, placed(sft_batch(0, rows=16, real=13), mesh, rules, num_microbatches), SCALARS
+    )
     batch = placed(grpo_batch(1, rows=16, real=13), mesh, rules, num_microbatches)
     batch = with_logps(steps, state.params, batch, jax.device_put(reference, shardings.params))
     out = []
     for _ in range(2):
-        state, metrics = steps.grpo(state, batch)
+        state, metrics = steps.grpo(state, batch, SCALARS)
         out.append(to_numpy((state.params, metrics)))
     return out
 
@@ -116,11 +128,11 @@ def test_beta_zero_steps_take_no_reference_log_probs():
     batch = placed(grpo_batch(2), mesh, rules)
     batch["old_logps"] = steps.grpo_reference(state.params, batch) * batch["loss_mask"]
     assert steps.grpo.keys == grpo_keys(0.0)
-    state, metrics = steps.grpo(state, batch)  # no ref_logps in the batch
+    state, metrics = steps.grpo(state, batch, SCALARS)  # no ref_logps in the batch
     assert float(metrics["kl"]) == 0.0 and float(metrics["ratio"]) == pytest.approx(1.0, abs=1e-6)
     _, _, kl_steps, _, _ = setup(mesh, obj=GRPO_OBJ)
     with pytest.raises(KeyError, match="ref_logps"):
-        kl_steps.grpo(fresh_state(shardings), batch)
+        kl_steps.grpo(fresh_state(shardings), batch, SCALARS)
 
 
 def test_grpo_compiles_once_per_bucket_and_follows_the_advantages(single):
@@ -135,7 +147,7 @@ def test_grpo_compiles_once_per_bucket_and_follows_the_advantages(single):
     before = [np.asarray(b["old_logps"]) for b in batches]
     for _ in range(4):
         for batch in batches:
-            state, _ = steps.grpo(state, batch)
+            state, _ = steps.grpo(state, batch, SCALARS)
     assert steps.grpo.compilations == 2 and steps.step(StepKind.GRPO) is steps.grpo
     for batch, old in zip(batches, before, strict=True):
         mask = np.asarray(batch["loss_mask"])

@@ -10,6 +10,7 @@ from train_fixtures import (
     MESHES,
     OBJ,
     OPT,
+    SCALARS,
     TINY,
     dpo_batch,
     mesh_of,
@@ -22,7 +23,7 @@ from train_fixtures import (
 
 from coevo_jax import checkpoints, sharding
 from coevo_jax.models import abstract_model, combine_trainable, partition_trainable
-from coevo_jax.train import StepKind, build_steps, make_schedule
+from coevo_jax.train import StepKind, build_steps
 from coevo_jax.train.state import (
     abstract_state,
     init_params,
@@ -46,7 +47,6 @@ class Policy:
         self.steps = build_steps(
             abstract_model(cfg)[0],
             self.tx,
-            make_schedule(OPT),
             self.shardings,
             mesh,
             self.rules,
@@ -74,13 +74,13 @@ class Policy:
         """Adapters and metrics after one SFT step, and after SFT then one coevo / one DPO step."""
         out = {}
         sft_b = self.batch(sft_batch(0, rows=16, real=13), num_microbatches)
-        state, metrics = self.steps.sft(self.fresh_state(), sft_b, self.base)
+        state, metrics = self.steps.sft(self.fresh_state(), sft_b, SCALARS, self.base)
         out[StepKind.SFT] = to_numpy((state.params, metrics))
         for kind in (StepKind.COEVO, StepKind.DPO):
             state = self.fresh_state()
             dpo_b = self.with_reference(state, self.batch(dpo_batch(1, real=7), num_microbatches))
-            state, _ = self.steps.sft(state, sft_b, self.base)  # move away from the reference first
-            state, metrics = self.steps.step(kind)(state, dpo_b, self.base)
+            state, _ = self.steps.sft(state, sft_b, SCALARS, self.base)  # move away from the reference first
+            state, metrics = self.steps.step(kind)(state, dpo_b, SCALARS, self.base)
             out[kind] = to_numpy((state.params, metrics))
         return out
 
@@ -131,7 +131,7 @@ def test_only_the_adapters_train_and_hold_optimizer_state(single, single_results
 def test_a_lora_step_needs_its_base(single):
     state = single.fresh_state()
     with pytest.raises(ValueError, match="must be the LoRA base"):
-        single.steps.sft(state, single.batch(sft_batch(0, rows=16)))
+        single.steps.sft(state, single.batch(sft_batch(0, rows=16)), SCALARS)
 
 
 @pytest.mark.slow  # 10-20 s, as test_train_steps.py's sharded cases: the quick loop stays under 5 min
@@ -169,11 +169,11 @@ def test_dropout_changes_training_steps_only_and_replays_by_step(single, single_
     without = single.steps.reference(combine_trainable(state.params, single.base), dpo_b)
     jax.tree.map(np.testing.assert_array_equal, to_numpy(with_rate), to_numpy(without))
     # A train step draws masks: its loss differs from the deterministic one ...
-    _, metrics = dropout.steps.sft(state, sft_b, dropout.base)
-    _, plain = single.steps.sft(jax.tree.map(jnp.copy, again), sft_b, single.base)
+    _, metrics = dropout.steps.sft(state, sft_b, SCALARS, dropout.base)
+    _, plain = single.steps.sft(jax.tree.map(jnp.copy, again), sft_b, SCALARS, single.base)
     assert abs(float(metrics["loss"]) - float(plain["loss"])) > 1e-3
     # ... and the masks depend on the update count only, so a resumed step replays them exactly.
-    _, replayed = dropout.steps.sft(again, sft_b, dropout.base)
+    _, replayed = dropout.steps.sft(again, sft_b, SCALARS, dropout.base)
     assert float(replayed["loss"]) == float(metrics["loss"])
 
 
@@ -197,13 +197,13 @@ def test_adapter_checkpoint_resumes_on_another_mesh_and_refuses_another_base(sin
 
     state = single.fresh_state()
     for batch in batches[:2]:
-        state, _ = single.steps.sft(state, single.batch(batch), single.base)
+        state, _ = single.steps.sft(state, single.batch(batch), SCALARS, single.base)
     manager = checkpoints.make_manager(tmp_path / "ckpt")
     position = checkpoints.LoopPosition(epoch=0, phase="train/sft_target", step=2)
     checkpoints.save(manager, 2, state, position, base=fingerprint)
     manager.wait_until_finished()
     saved = to_numpy(state)
-    uninterrupted, metrics_a = single.steps.sft(state, single.batch(batches[2]), single.base)
+    uninterrupted, metrics_a = single.steps.sft(state, single.batch(batches[2]), SCALARS, single.base)
 
     manager = checkpoints.make_manager(tmp_path / "ckpt")
     target = abstract_state(LORA_TINY, cube.tx, cube.shardings)
@@ -217,7 +217,7 @@ def test_adapter_checkpoint_resumes_on_another_mesh_and_refuses_another_base(sin
     )
     assert restored_position == position
     jax.tree.map(np.testing.assert_array_equal, to_numpy(restored), saved)
-    resumed, metrics_b = cube.steps.sft(restored, cube.batch(batches[2]), cube.base)
+    resumed, metrics_b = cube.steps.sft(restored, cube.batch(batches[2]), SCALARS, cube.base)
     np.testing.assert_allclose(metrics_b["loss"], metrics_a["loss"], rtol=1e-5)
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),

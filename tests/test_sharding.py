@@ -5,7 +5,18 @@ import ml_collections
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
-from train_fixtures import MESHES, PAD, TINY, dpo_batch, mesh_of, pairs, setup, sft_batch, single_mesh
+from train_fixtures import (
+    MESHES,
+    PAD,
+    SCALARS,
+    TINY,
+    dpo_batch,
+    mesh_of,
+    pairs,
+    setup,
+    sft_batch,
+    single_mesh,
+)
 
 from coevo_jax import sharding
 from coevo_jax.data.batching import collate_dpo
@@ -133,7 +144,7 @@ def test_compiled_fsdp_step_holds_about_an_eighth_of_the_state_per_device():
         _, shardings, steps, tx, rules = setup(mesh)
         state = init_train_state(TINY, tx, shardings, jax.random.key(0))
         batch = sharding.place_batch(sharding.device_layout(sft_batch(0)), mesh, rules)
-        compiled = steps.sft.lower(state, batch).compile()
+        compiled = steps.sft.lower(state, batch, SCALARS).compile()
         return compiled.memory_analysis().argument_size_in_bytes
 
     single = step_argument_bytes(single_mesh())

@@ -21,7 +21,7 @@ def _worker(export_dir: str) -> None:
     from coevo_jax import sharding
 
     assert sharding.maybe_initialize_distributed()
-    from train_fixtures import MESHES, fresh_state, mesh_of, setup, sft_batch
+    from train_fixtures import MESHES, SCALARS, fresh_state, mesh_of, setup, sft_batch
 
     from coevo_jax import checkpoints
 
@@ -31,7 +31,7 @@ def _worker(export_dir: str) -> None:
     rank, count = jax.process_index(), jax.process_count()
     rows = full["input_ids"].shape[1] // count
     local = {key: value[:, rank * rows : (rank + 1) * rows] for key, value in full.items()}
-    state, metrics = steps.sft(fresh_state(shardings), sharding.place_batch(local, mesh, rules))
+    state, metrics = steps.sft(fresh_state(shardings), sharding.place_batch(local, mesh, rules), SCALARS)
     checkpoints.export_policy(graphdef, state.params, export_dir)
     print(f"LOSS {float(metrics['loss']):.8f}", flush=True)
 
@@ -44,13 +44,13 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
-    from train_fixtures import MESHES, fresh_state, mesh_of, placed, setup, sft_batch, to_numpy
+    from train_fixtures import MESHES, SCALARS, fresh_state, mesh_of, placed, setup, sft_batch, to_numpy
 
     from coevo_jax.models import load_pretrained
 
     mesh = mesh_of(MESHES["data2_fsdp4"])
     _, shardings, steps, _, rules = setup(mesh)
-    state, metrics = steps.sft(fresh_state(shardings), placed(sft_batch(0, rows=16), mesh, rules))
+    state, metrics = steps.sft(fresh_state(shardings), placed(sft_batch(0, rows=16), mesh, rules), SCALARS)
 
     port, export_dir = _free_port(), str(tmp_path / "hf")
     procs = []

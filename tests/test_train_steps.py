@@ -5,10 +5,14 @@ All on the tiny model and 8 fake CPU devices, float32 throughout.
 
 import jax
 import numpy as np
+import optax
 import pytest
+from seeds import fresh_seed
 from train_fixtures import (
     MESHES,
+    OBJ,
     OPT,
+    SCALARS,
     TINY,
     dpo_batch,
     fresh_state,
@@ -21,7 +25,11 @@ from train_fixtures import (
     with_reference,
 )
 
-from coevo_jax.train import OptimizerConfig, StepKind
+from coevo_jax.models import abstract_model
+from coevo_jax.train import OptimizerConfig, StepKind, phase_scalars
+from coevo_jax.train.objectives import coevo_objective, dpo_objective
+from coevo_jax.train.state import TrainState
+from coevo_jax.train.steps import accumulate_gradients, pair_normaliser
 
 GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
 # Adam's first update is lr * g / (|g| + eps): for |g| near eps = 1e-8, float32 round-off in the gradient
@@ -48,14 +56,14 @@ def _run_all(mesh, steps, shardings, rules, num_microbatches=1, kinds=(StepKind.
     """Params and metrics after one SFT step (eq. 3/5), then one coevo (eq. 9) and one DPO (eq. 7) step."""
     out = {}
     sft_b = placed(sft_batch(0, rows=16, real=13), mesh, rules, num_microbatches)
-    state, metrics = steps.sft(fresh_state(shardings), sft_b)
+    state, metrics = steps.sft(fresh_state(shardings), sft_b, SCALARS)
     out[StepKind.SFT] = to_numpy((state.params, metrics))
     for kind in kinds:
         state = fresh_state(shardings)
         dpo_b = with_reference(steps, state, placed(dpo_batch(1, real=7), mesh, rules, num_microbatches))
         # Move the policy away from its reference first, so DPO gradients are not at their symmetric point.
-        state, _ = steps.sft(state, sft_b)
-        state, metrics = steps.step(kind)(state, dpo_b)
+        state, _ = steps.sft(state, sft_b, SCALARS)
+        state, metrics = steps.step(kind)(state, dpo_b, SCALARS)
         out[kind] = to_numpy((state.params, metrics))
     return out
 
@@ -97,13 +105,14 @@ def test_metrics_are_device_scalars(single_device_results):
 
 def test_sft_lowers_the_loss_with_one_compile_per_bucket():
     mesh = single_mesh()
-    _, shardings, steps, _, rules = setup(mesh, opt=OptimizerConfig(learning_rate=3e-3))
+    opt = OptimizerConfig(learning_rate=3e-3)
+    _, shardings, steps, _, rules = setup(mesh, opt=opt)
     batches = [placed(sft_batch(seed, length=length), mesh, rules) for seed, length in ((0, 16), (1, 32))]
     state = fresh_state(shardings)
     losses = []
     for _ in range(6):
         for batch in batches:
-            state, metrics = steps.sft(state, batch)
+            state, metrics = steps.sft(state, batch, phase_scalars(opt, beta=0.0))
             losses.append(float(metrics["loss"]))
     assert steps.sft.compilations == 2
     assert losses[-1] < losses[1] - 0.5 and losses[-2] < losses[0] - 0.5
@@ -117,7 +126,7 @@ def test_dpo_raises_reward_accuracy_and_leaves_the_reference_alone(single):
     cached = to_numpy((batch["ref_chosen_logps"], batch["ref_rejected_logps"]))
     accuracies = []
     for _ in range(8):
-        state, metrics = steps.dpo(state, batch)
+        state, metrics = steps.dpo(state, batch, SCALARS)
         accuracies.append(float(metrics["reward_accuracy"]))
     assert accuracies[0] == 0.0 and accuracies[-1] == 1.0 and float(metrics["reward_margin"]) > 0
     # The policy moved; the cached reference log-probs did not, and they still are the initial policy's.
@@ -136,8 +145,8 @@ def test_coevo_step_with_failure_weights_is_plain_dpo(single):
     raw = dpo_batch(1, real=7)
     raw["lambda_dpo"], raw["lambda_sft"] = raw["pair_mask"].copy(), 0.0 * raw["pair_mask"]
     batch = with_reference(steps, fresh_state(shardings), placed(raw, mesh, rules))
-    coevo_state, coevo_metrics = steps.coevo(fresh_state(shardings), batch)
-    dpo_state, dpo_metrics = steps.dpo(fresh_state(shardings), batch)
+    coevo_state, coevo_metrics = steps.coevo(fresh_state(shardings), batch, SCALARS)
+    dpo_state, dpo_metrics = steps.dpo(fresh_state(shardings), batch, SCALARS)
     np.testing.assert_allclose(coevo_metrics["loss"], dpo_metrics["loss"], rtol=1e-6)
     _assert_trees_close(to_numpy(coevo_state.params), to_numpy(dpo_state.params), **PARAM_TOL)
 
@@ -163,8 +172,63 @@ def test_bfloat16_compute_keeps_float32_master_weights(single_device_results):
     mixed = TINY.replace(dtype="bfloat16", param_dtype="float32")
     _, shardings, steps, _, rules = setup(mesh, model_cfg=mixed)
     state, metrics = steps.sft(
-        fresh_state(shardings, model_cfg=mixed), placed(sft_batch(0, rows=16, real=13), mesh, rules)
+        fresh_state(shardings, model_cfg=mixed),
+        placed(sft_batch(0, rows=16, real=13), mesh, rules),
+        SCALARS,
     )
     dtypes = {leaf.dtype for leaf in jax.tree.leaves((state.params, state.opt_state))}
     assert dtypes <= {np.dtype("float32"), np.dtype("int32")}
     np.testing.assert_allclose(metrics["loss"], single_device_results[StepKind.SFT][1]["loss"], rtol=2e-2)
+
+
+def _baked_step(opt: OptimizerConfig, beta: float, objective):
+    """A DPO-type step with `beta` and `opt`'s optax schedule as constants of the program, built as the steps
+    were before one compiled step served every phase (one program per phase's lr, schedule and beta)."""
+    peak, warmup = opt.learning_rate, opt.warmup_steps
+    schedule = optax.warmup_cosine_decay_schedule(0.0, peak, warmup, opt.total_steps, end_value=0.0)
+    decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+    tx = optax.chain(
+        optax.clip_by_global_norm(opt.grad_clip_norm),
+        optax.adamw(schedule, weight_decay=opt.weight_decay, mask=decay_mask),
+    )
+    graphdef = abstract_model(TINY)[0]
+
+    def step(state, batch):
+        loss, grads, _ = accumulate_gradients(
+            objective, pair_normaliser, graphdef, state.params, batch, OBJ, beta
+        )
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return TrainState(step=state.step + 1, params=params, opt_state=opt_state), loss
+
+    return jax.jit(step)
+
+
+@pytest.mark.parametrize("kind", [StepKind.DPO, StepKind.COEVO])
+def test_traced_beta_and_schedule_give_the_update_of_a_step_with_them_baked_in(single, kind):
+    """Five updates of the shared compiled step (beta and a warmup + cosine schedule as traced arguments)
+    equal those of a step compiled with them as constants, on random pairs with a random beta and lr."""
+    mesh, shardings, steps, rules = single
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    beta, peak = float(rng.uniform(0.05, 1.0)), float(rng.uniform(1e-4, 3e-3))
+    opt = OptimizerConfig(
+        learning_rate=peak, schedule="cosine", warmup_steps=2, total_steps=5, weight_decay=OPT.weight_decay
+    )
+    objective = {StepKind.DPO: dpo_objective, StepKind.COEVO: coevo_objective}[kind]
+    baked = _baked_step(opt, beta, objective)
+    state = fresh_state(shardings)
+    expected = jax.device_put(to_numpy(state), shardings)  # the shared step donates `state`
+    batches = [
+        with_reference(steps, state, placed(dpo_batch(int(rng.integers(2**31)), real=7), mesh, rules))
+        for _ in range(2)
+    ]
+    for update in range(5):
+        batch = batches[update % 2]
+        state, metrics = steps.step(kind)(state, batch, phase_scalars(opt, beta))
+        expected, expected_loss = baked(expected, batch)
+        np.testing.assert_allclose(metrics["loss"], expected_loss, rtol=1e-6)
+        _assert_trees_close(to_numpy(state.params), to_numpy(expected.params), rtol=1e-6, atol=1e-9)
+    assert float(metrics["learning_rate"]) == pytest.approx(
+        peak * 0.5 * (1 + np.cos(np.pi * 2 / 3)), rel=1e-6
+    )

@@ -13,7 +13,7 @@ from coevo_jax import sharding
 from coevo_jax.data.batching import TokenizedPair, collate_dpo, collate_sft
 from coevo_jax.data.chat_format import TokenizedTrajectory
 from coevo_jax.models import ModelConfig, abstract_model
-from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, make_schedule
+from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
 from coevo_jax.train.state import init_train_state, state_shardings
 
 TINY = ModelConfig(
@@ -35,7 +35,9 @@ MESHES = {
     "cube2": (("data", 2), ("fsdp", 2), ("tensor", 2)),
 }
 OPT = OptimizerConfig(learning_rate=1e-3, weight_decay=0.01, grad_clip_norm=1.0, warmup_steps=0)
-OBJ = ObjectiveConfig(beta=0.1, logprob_chunk_size=16)
+OBJ = ObjectiveConfig(logprob_chunk_size=16)
+BETA = 0.1  # DPO's, of every DPO / eq. 9 step here
+SCALARS = phase_scalars(OPT, BETA)  # the per-phase arguments of the steps: OPT's schedule and BETA
 
 
 def mesh_of(axes, num_devices: int | None = None):
@@ -82,8 +84,10 @@ _OPTIMIZERS: dict = {}
 
 
 def optimizer(opt: OptimizerConfig = OPT):
-    """One optax transformation per config, so jitted initializers are compiled once per test session."""
-    return _OPTIMIZERS.setdefault(opt, make_optimizer(opt))
+    """One optax transformation per AdamW settings, so jitted initializers are compiled once per test
+    session."""
+    adamw = opt.adamw_settings()
+    return _OPTIMIZERS.setdefault(adamw, make_optimizer(adamw))
 
 
 def setup(
@@ -93,14 +97,13 @@ def setup(
     obj: ObjectiveConfig = OBJ,
     return_grads: bool = False,
 ):
-    """(graphdef, shardings, steps, tx, rules) for a tiny policy on `mesh` with the default rules."""
+    """(graphdef, shardings, steps, tx, rules) for a tiny policy on `mesh` with the default rules; `opt`'s
+    AdamW settings (its schedule is the steps' `phase_scalars(opt, beta)` argument)."""
     rules = sharding.ShardingRules()
     tx = optimizer(opt)
     graphdef, _ = abstract_model(model_cfg)
     shardings = state_shardings(model_cfg, tx, mesh, rules)
-    steps = build_steps(
-        graphdef, tx, make_schedule(opt), shardings, mesh, rules, obj, return_grads=return_grads
-    )
+    steps = build_steps(graphdef, tx, shardings, mesh, rules, obj, return_grads=return_grads)
     return graphdef, shardings, steps, tx, rules
 
 

@@ -45,7 +45,7 @@ from coevo_jax.experiment.phases import _buckets, _place
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore, read_json, write_json_atomic
 from coevo_jax.models import combine_trainable, partition_trainable
-from coevo_jax.train import OptimizerConfig, StepKind, abstract_state, train_state_from_params
+from coevo_jax.train import OptimizerConfig, StepKind, abstract_state, phase_scalars, train_state_from_params
 
 LOGGED_UPDATE_METRICS = ("loss", "ratio", "kl", "pg_loss", "clip_fraction", "grad_norm", "learning_rate")
 
@@ -168,6 +168,7 @@ def _train_on(setup: PolicySetup, steps, state, frozen, reference, examples, see
     cfg = setup.cfg.grpo
     pad = setup.tokenizer.pad_token_id
     step_fn = steps.step(StepKind.GRPO)
+    scalars = phase_scalars(_optimizer(cfg), beta=0.0)  # GRPO's KL weight is static: `cfg.beta`
     plan = plan_batches([len(e) for e in examples], cfg.batch_size, _buckets(setup), seed=seed)
     metrics = []
     for length, indices in plan:
@@ -178,7 +179,7 @@ def _train_on(setup: PolicySetup, steps, state, frozen, reference, examples, see
         if cfg.beta > 0:  # beta 0: no reference pass at all
             placed["ref_logps"] = steps.grpo_reference(reference, placed)
         for _ in range(cfg.updates_per_batch):
-            state, update = step_fn(state, placed, frozen)
+            state, update = step_fn(state, placed, scalars, frozen)
             metrics.append(update)
     first, last = ({k: float(v) for k, v in m.items()} for m in jax.device_get([metrics[0], metrics[-1]]))
     return state, first, last, len(metrics)
@@ -201,7 +202,7 @@ def grpo_phase(
     (new params, summary with this iteration's per-step records as its `history`, and `run.summary`)."""
     cfg, grpo = setup.cfg, setup.cfg.grpo
     first_step, last_step = (iteration - 1) * grpo.steps_per_iteration, iteration * grpo.steps_per_iteration
-    steps, tx, shardings = setup.programs.steps(_optimizer(grpo), 0.0)
+    steps, tx, shardings = setup.programs.steps(_optimizer(grpo).adamw_settings())
     manager = checkpoints.make_manager(os.path.join(store.workdir, run.name, "state"), max_to_keep=1)
     history_path = os.path.join(store.workdir, run.name, "history.json")
     trainable, frozen = partition_trainable(start_params, setup.model_cfg)

@@ -1,13 +1,14 @@
 """Training phases of a run: SFT (eq. 3/5) on trajectories, DPO (eq. 7) or co-evolution (eq. 9) on pairs.
 
-Each phase starts a fresh AdamW state from its start parameters, walks `epochs` seeded shuffles of its
-bucketed batches, and saves a mid-phase checkpoint (TrainState + epoch/batch position) every
-`checkpoint_every_steps` updates, so a killed run resumes inside the phase with the same batches in the
-same order. DPO phases compute the reference log-probs (the policy as the phase starts: under LoRA, the
-shared base plus the adapters as they were) once per pair before the first update and keep them on the
-host; every epoch's batches carry them. Every process builds every batch whole and feeds the rows its
-devices hold (`sharding.process_rows`). Under LoRA the train state holds the adapters only; the frozen base
-goes into every step beside it, and the checkpoints record which base the adapters belong to.
+Each phase starts a fresh AdamW state from its start parameters (its learning-rate schedule and beta go to the
+run's shared compiled steps as `PhaseScalars`), walks `epochs` seeded shuffles of its bucketed batches, and
+saves a mid-phase checkpoint (TrainState + epoch/batch position) every `checkpoint_every_steps` updates, so a
+killed run resumes inside the phase with the same batches in the same order. DPO phases compute the reference
+log-probs (the policy as the phase starts: under LoRA, the shared base plus the adapters as they were) once
+per pair before the first update and keep them on the host; every epoch's batches carry them. Every process
+builds every batch whole and feeds the rows its devices hold (`sharding.process_rows`). Under LoRA the train
+state holds the adapters only; the frozen base goes into every step beside it, and the checkpoints record
+which base the adapters belong to.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from coevo_jax.train import (
     StepKind,
     abstract_state,
     dpo_config,
+    phase_scalars,
     train_state_from_params,
 )
 
@@ -48,7 +50,8 @@ REFERENCE_FILE = "reference_logps.npz"
 
 @dataclasses.dataclass(frozen=True)
 class PhaseSpec:
-    """What one phase trains: its stage name, step kind, optimizer, beta, epochs and data-order seed."""
+    """What one phase trains: its stage name, step kind, optimizer, beta (DPO's; unused by SFT), epochs and
+    data-order seed."""
 
     name: str
     kind: StepKind
@@ -103,7 +106,7 @@ def sft_phase(
     optimizer = OptimizerConfig(
         learning_rate=cfg.sft.learning_rate, schedule="cosine", warmup_steps=warmup, total_steps=total
     )
-    spec = PhaseSpec(name, StepKind.SFT, optimizer, 0.1, epochs, seed)
+    spec = PhaseSpec(name, StepKind.SFT, optimizer, 0.0, epochs, seed)
     params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch)
     return params, {**summary, "examples": len(examples), "fit": fit.to_dict()}
 
@@ -168,7 +171,7 @@ def _reference_logps(
             computed = saved["computed"] if "computed" in saved else np.ones(len(saved["chosen"]), bool)
             if len(saved["chosen"]) == len(tokenized) and computed[list(used)].all():
                 return saved["chosen"], saved["rejected"]
-    steps, _, _ = setup.programs.steps(spec.optimizer, spec.beta)
+    steps, _, _ = setup.programs.steps(spec.optimizer.adamw_settings())
     per_batch, pad = setup.cfg.dpo.pairs_per_batch, setup.tokenizer.pad_token_id
     chosen = np.zeros(len(tokenized), np.float32)
     rejected = np.zeros(len(tokenized), np.float32)
@@ -204,8 +207,8 @@ def _train(
     `total` updates (default: every batch of every epoch) may end the last epoch early.
     """
     cfg = setup.cfg
-    steps, tx, shardings = setup.programs.steps(spec.optimizer, spec.beta)
-    step_fn = steps.step(spec.kind)
+    steps, tx, shardings = setup.programs.steps(spec.optimizer.adamw_settings())
+    step_fn, scalars = steps.step(spec.kind), phase_scalars(spec.optimizer, spec.beta)
     manager = checkpoints.make_manager(store.scratch_dir(spec.name) + "/state", max_to_keep=1)
     total = total or spec.epochs * steps_per_epoch
     trainable, frozen = partition_trainable(params, setup.model_cfg)
@@ -224,7 +227,7 @@ def _train(
             for index in range(
                 done - epoch * steps_per_epoch, min(len(batches), total - epoch * steps_per_epoch)
             ):
-                state, metrics = step_fn(state, _place(setup, batches[index]), frozen)
+                state, metrics = step_fn(state, _place(setup, batches[index]), scalars, frozen)
                 done += 1
                 host = metrics_log.push(done, metrics)
                 if host is not None:

@@ -33,7 +33,7 @@ from coevo_jax.experiment.model import policy_model
 from coevo_jax.experiment.programs import Programs
 from coevo_jax.models import ModelConfig, abstract_model, combine_trainable, partition_trainable
 from coevo_jax.rollout import ModelActor, TurnCodec
-from coevo_jax.train import OptimizerConfig, make_optimizer
+from coevo_jax.train import AdamWSettings, make_optimizer
 from coevo_jax.train.state import (
     abstract_state,
     init_adapters,
@@ -65,7 +65,7 @@ class PolicySetup:
     @functools.cached_property
     def _reference_tx(self):
         """Any AdamW: the parameters' shardings and shapes do not depend on the optimizer settings."""
-        return make_optimizer(OptimizerConfig(1e-6))
+        return make_optimizer(AdamWSettings())
 
     @functools.cached_property
     def _state_shardings(self):

@@ -1,9 +1,11 @@
 """The compiled programs both agents share: train steps and samplers, each built once per run.
 
-Both agents have one architecture and mesh, so a bundle of train steps is built once per (optimizer config,
-DPO beta) and each sampler (greedy for evaluation, sampled for exploration, sampled at GRPO's temperature)
-once; inside them jit compiles once per bucket shape. The train steps run on the global mesh, the samplers on
-the rollout mesh: the same with one process, each process's own devices with several (`PolicySetup`).
+Both agents have one architecture and mesh, so a bundle of train steps is built once per AdamW settings
+(one for the whole run unless GRPO's differ from the phases') and each sampler (greedy for evaluation,
+sampled for exploration, sampled at GRPO's temperature) once; inside them jit compiles once per bucket
+shape. A phase's learning-rate schedule and DPO beta are traced arguments of the steps (`PhaseScalars`), so
+phases that differ in them share the compiled programs. The train steps run on the global mesh, the samplers
+on the rollout mesh: the same with one process, each process's own devices with several (`PolicySetup`).
 """
 
 from __future__ import annotations
@@ -16,14 +18,7 @@ from coevo_jax import sharding
 from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.models import ModelConfig
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
-from coevo_jax.train import (
-    GRPOObjective,
-    ObjectiveConfig,
-    OptimizerConfig,
-    build_steps,
-    make_optimizer,
-    make_schedule,
-)
+from coevo_jax.train import AdamWSettings, GRPOObjective, ObjectiveConfig, build_steps, make_optimizer
 from coevo_jax.train.state import state_shardings
 
 
@@ -42,19 +37,19 @@ class Programs:
     rollout_param_shardings: dict  # all the policy's parameters on `rollout_mesh`
     built: dict = dataclasses.field(default_factory=dict)
 
-    def steps(self, optimizer: OptimizerConfig, beta: float):
-        """(compiled steps, tx, state shardings) for one optimizer config and DPO beta."""
-        key = ("steps", optimizer, beta)
+    def steps(self, adamw: AdamWSettings):
+        """(compiled steps, tx, state shardings) for the AdamW settings `adamw` (a phase's
+        `OptimizerConfig.adamw_settings()`); its schedule and beta go to the steps as `PhaseScalars`."""
+        key = ("steps", adamw)
         if key not in self.built:
-            self.built[key] = self._build_steps(optimizer, beta)
+            self.built[key] = self._build_steps(adamw)
         return self.built[key]
 
-    def _build_steps(self, optimizer: OptimizerConfig, beta: float):
-        tx = make_optimizer(optimizer)
+    def _build_steps(self, adamw: AdamWSettings):
+        tx = make_optimizer(adamw)
         shardings = state_shardings(self.model_cfg, tx, self.mesh, self.rules)
         grpo = self.cfg.grpo
         objective = ObjectiveConfig(
-            beta=beta,
             sft_per_token=self.cfg.sft_per_token,
             grpo=GRPOObjective(
                 clip_low=grpo.clip_low,
@@ -67,7 +62,6 @@ class Programs:
         steps = build_steps(
             self.graphdef,
             tx,
-            make_schedule(optimizer),
             shardings,
             self.mesh,
             self.rules,

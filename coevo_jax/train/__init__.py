@@ -2,7 +2,15 @@
 
 from coevo_jax.train.metrics import MetricsLog
 from coevo_jax.train.objectives import GRPOObjective, ObjectiveConfig
-from coevo_jax.train.optim import OptimizerConfig, dpo_config, make_optimizer, make_schedule
+from coevo_jax.train.optim import (
+    AdamWSettings,
+    LearningRateSchedule,
+    OptimizerConfig,
+    dpo_config,
+    learning_rate,
+    learning_rate_schedule,
+    make_optimizer,
+)
 from coevo_jax.train.reference import reference_logprobs
 from coevo_jax.train.state import (
     TrainState,
@@ -13,13 +21,16 @@ from coevo_jax.train.state import (
     state_shardings,
     train_state_from_params,
 )
-from coevo_jax.train.steps import PolicySteps, StepKind, build_steps
+from coevo_jax.train.steps import PhaseScalars, PolicySteps, StepKind, build_steps, phase_scalars
 
 __all__ = [
+    "AdamWSettings",
     "GRPOObjective",
+    "LearningRateSchedule",
     "MetricsLog",
     "ObjectiveConfig",
     "OptimizerConfig",
+    "PhaseScalars",
     "PolicySteps",
     "StepKind",
     "TrainState",
@@ -27,9 +38,11 @@ __all__ = [
     "build_steps",
     "dpo_config",
     "init_train_state",
+    "learning_rate",
+    "learning_rate_schedule",
     "load_sharded",
     "make_optimizer",
-    "make_schedule",
+    "phase_scalars",
     "reference_logprobs",
     "sharded_place",
     "state_shardings",

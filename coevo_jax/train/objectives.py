@@ -6,7 +6,8 @@
 * `grpo_objective`: GRPO (CoEvolve eq. 1), the clipped surrogate on sampled episodes with a k3 KL penalty
   to a reference, log-probs of the temperature-scaled distribution the sampler drew from.
 
-Each takes the decoder, one micro-batch, the whole batch's normaliser, the static settings and a dropout key
+Each takes the decoder, one micro-batch, the whole batch's normaliser, the static settings, DPO's beta (a
+traced scalar, so one compiled step serves phases of different beta; read by eq. 7/9 only) and a dropout key
 (the LoRA adapters' dropout; None in passes that must be deterministic, like the reference log-probs), and
 returns (this micro-batch's share of the batch loss, metric sums). The share is a *sum* over the
 micro-batch divided by the whole batch's normaliser (action tokens for eq. 3/5, valid pairs for eq. 7/9,
@@ -50,10 +51,9 @@ class GRPOObjective:
 
 @dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
-    """Static loss settings: DPO beta, eq. 9 SFT normalisation, log-prob chunk length (tokens per row),
-    GRPO's settings."""
+    """Static loss settings: eq. 9 SFT normalisation, log-prob chunk length (tokens per row), GRPO's
+    settings. DPO's beta varies by phase and comes to the objectives as an argument."""
 
-    beta: float = 0.1
     sft_per_token: bool = True
     logprob_chunk_size: int = 1024
     grpo: GRPOObjective = GRPOObjective()
@@ -88,9 +88,15 @@ def pair_logprobs(
 
 
 def sft_objective(
-    model: Decoder, batch: dict, total_tokens: jax.Array, cfg: ObjectiveConfig, dropout_key=None
+    model: Decoder,
+    batch: dict,
+    total_tokens: jax.Array,
+    cfg: ObjectiveConfig,
+    beta: jax.Array,
+    dropout_key=None,
 ):
-    """Eq. 3/5: summed action-token NLL of the micro-batch / action tokens of the whole batch."""
+    """Eq. 3/5: summed action-token NLL of the micro-batch / action tokens of the whole batch (no beta)."""
+    del beta
     terms = losses.sft_terms_from_token_logprobs(
         token_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key), batch["loss_mask"]
     )
@@ -112,17 +118,27 @@ def _pair_sums(dpo: losses.DPOOutput, chosen, rejected, mask) -> dict[str, jax.A
 
 
 def dpo_objective(
-    model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig, dropout_key=None
+    model: Decoder,
+    batch: dict,
+    total_pairs: jax.Array,
+    cfg: ObjectiveConfig,
+    beta: jax.Array,
+    dropout_key=None,
 ):
     """Eq. 7: DPO against cached reference log-probs, summed over valid pairs / valid pairs of the batch."""
     chosen, rejected, _ = pair_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key)
-    dpo = losses.dpo_loss(chosen, rejected, batch["ref_chosen_logps"], batch["ref_rejected_logps"], cfg.beta)
+    dpo = losses.dpo_loss(chosen, rejected, batch["ref_chosen_logps"], batch["ref_rejected_logps"], beta)
     sums = _pair_sums(dpo, chosen, rejected, batch["pair_mask"])
     return sums["dpo_loss_sum"] / total_pairs, sums
 
 
 def coevo_objective(
-    model: Decoder, batch: dict, total_pairs: jax.Array, cfg: ObjectiveConfig, dropout_key=None
+    model: Decoder,
+    batch: dict,
+    total_pairs: jax.Array,
+    cfg: ObjectiveConfig,
+    beta: jax.Array,
+    dropout_key=None,
 ):
     """Eq. 9: lambda_dpo * DPO + lambda_sft * chosen NLL per pair, summed / valid pairs of the batch."""
     chosen, rejected, chosen_counts = pair_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key)
@@ -134,7 +150,7 @@ def coevo_objective(
         chosen_counts,
         batch["lambda_dpo"],
         batch["lambda_sft"],
-        cfg.beta,
+        beta,
         pair_mask=batch["pair_mask"],
         sft_per_token=cfg.sft_per_token,
     )
@@ -157,14 +173,21 @@ GRPO_METRICS = (
 
 
 def grpo_objective(
-    model: Decoder, batch: dict, normaliser: jax.Array, cfg: ObjectiveConfig, dropout_key=None
+    model: Decoder,
+    batch: dict,
+    normaliser: jax.Array,
+    cfg: ObjectiveConfig,
+    beta: jax.Array,
+    dropout_key=None,
 ):
     """GRPO: the micro-batch's summed per-token loss / the whole batch's aggregation denominator.
 
     Log-probs are of softmax(logits / `cfg.grpo.temperature`), the distribution the sampler drew the
     tokens from, so that before any update the ratio to the sampler's `old_logps` is 1 up to numerics.
-    Metric sums are per action token (divided by the batch's `token_count` afterwards).
+    Metric sums are per action token (divided by the batch's `token_count` afterwards). DPO's `beta` is
+    not GRPO's (`cfg.grpo.beta`, static: at 0 the batch has no reference log-probs).
     """
+    del beta
     grpo = cfg.grpo
     logps = token_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key, grpo.temperature)
     loss, metrics = losses.grpo_loss(

@@ -4,6 +4,11 @@
 * DPO phases (eq. 7: ETO and the failure agent; eq. 9: the target agent): constant after a linear warmup
   (lr 1e-6 / 5e-7).
 
+A phase's schedule (peak, warmup, length, final ratio, kind) is data, a `LearningRateSchedule` of scalars
+the train step takes as an argument and evaluates at the state's step count, so one compiled step serves
+every phase; the optimizer itself (`make_optimizer`) holds only the settings no phase changes
+(`AdamWSettings`) and a unit learning rate, and the step scales its update by the schedule's value.
+
 Weight decay applies to matrices only (kernels, embeddings), not to norm scales or biases.
 """
 
@@ -13,12 +18,26 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import flax.struct
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 
 from coevo_jax.train.mapping import dataclass_from_mapping
 
 SCHEDULES = ("cosine", "constant")
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamWSettings:
+    """The AdamW hyper-parameters that no phase changes: what a compiled train step is specialised on."""
+
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip_norm: float | None = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,44 +70,77 @@ class OptimizerConfig:
         """From a ConfigDict/dict with (a subset of) the field names."""
         return dataclass_from_mapping(cls, config, "optimizer")
 
+    def adamw_settings(self) -> AdamWSettings:
+        """The phase-independent part: phases that differ only in their schedule share one optimizer."""
+        return AdamWSettings(self.b1, self.b2, self.eps, self.weight_decay, self.grad_clip_norm)
+
 
 def dpo_config(learning_rate: float = 1e-6, warmup_steps: int = 0) -> OptimizerConfig:
     """DPO phases: constant lr (1e-6, or 5e-7 for the target agent) after a linear warmup."""
     return OptimizerConfig(learning_rate=learning_rate, schedule="constant", warmup_steps=warmup_steps)
 
 
-def make_schedule(config: OptimizerConfig) -> optax.Schedule:
-    """Learning rate as a function of the optimizer step (0-based)."""
-    peak, warmup = config.learning_rate, config.warmup_steps
-    if config.schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(
-            init_value=0.0,
-            peak_value=peak,
-            warmup_steps=warmup,
-            decay_steps=config.total_steps,
-            end_value=peak * config.final_lr_ratio,
-        )
-    if warmup == 0:
-        return optax.constant_schedule(peak)
-    return optax.join_schedules(
-        [optax.linear_schedule(0.0, peak, warmup), optax.constant_schedule(peak)], boundaries=[warmup]
+@flax.struct.dataclass
+class LearningRateSchedule:
+    """One phase's learning-rate schedule as float32 scalars (`learning_rate` evaluates it): a linear warmup
+    from 0 to `peak` over `warmup_steps` updates, then `peak` (constant) or, with `cosine` 1, a cosine decay
+    to `peak * final_lr_ratio` at `total_steps` (warmup included)."""
+
+    peak: jax.Array
+    warmup_steps: jax.Array
+    total_steps: jax.Array
+    final_lr_ratio: jax.Array
+    cosine: jax.Array
+
+
+def learning_rate_schedule(config: OptimizerConfig) -> LearningRateSchedule:
+    """The schedule of `config` as host float32 scalars."""
+    scalar = lambda x: np.asarray(x, np.float32)
+    return LearningRateSchedule(
+        peak=scalar(config.learning_rate),
+        warmup_steps=scalar(config.warmup_steps),
+        total_steps=scalar(config.total_steps),
+        final_lr_ratio=scalar(config.final_lr_ratio),
+        cosine=scalar(config.schedule == "cosine"),
     )
+
+
+def learning_rate(schedule: LearningRateSchedule, step: jax.Array) -> jax.Array:
+    """The learning rate (float32) of optimizer update `step` (0-based).
+
+    Computed in float32 in the order of optax's `warmup_cosine_decay_schedule` / `linear_schedule` (the
+    cosine's division by its length as the multiplication XLA makes of it when the length is a constant),
+    so the values equal, to the float32 ulp, those of the optax schedules the phases used before."""
+    s = schedule
+    step = jnp.asarray(step).astype(jnp.float32)
+    warmup = s.warmup_steps
+    ramp = (0.0 - s.peak) * (1 - jnp.minimum(step, warmup) / jnp.maximum(warmup, 1.0)) + s.peak
+    decay_steps = jnp.maximum(s.total_steps - warmup, 1.0)
+    t = jnp.minimum(step - warmup, decay_steps)
+    alpha = s.final_lr_ratio
+    cosine = s.peak * ((1 - alpha) * (0.5 * (1 + jnp.cos(jnp.pi * t * (1.0 / decay_steps)))) + alpha)
+    after_warmup = jnp.where(s.cosine > 0, cosine, s.peak)
+    return jnp.where(step < warmup, ramp, after_warmup)
 
 
 def _decay_mask(params):
     return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
-def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
-    """Global-norm clipping (if set) followed by AdamW on `make_schedule(config)`."""
+def make_optimizer(settings: AdamWSettings) -> optax.GradientTransformation:
+    """Global-norm clipping (if set) followed by AdamW at a unit learning rate: the train step multiplies
+    the update by its phase's `learning_rate`.
+
+    The unit rate is a schedule, not a number, so the optimizer state keeps its step count and with it
+    the layout of the checkpoints saved when the rate was a schedule."""
     adamw = optax.adamw(
-        make_schedule(config),
-        b1=config.b1,
-        b2=config.b2,
-        eps=config.eps,
-        weight_decay=config.weight_decay,
+        optax.constant_schedule(1.0),
+        b1=settings.b1,
+        b2=settings.b2,
+        eps=settings.eps,
+        weight_decay=settings.weight_decay,
         mask=_decay_mask,
     )
-    if config.grad_clip_norm is None:
+    if settings.grad_clip_norm is None:
         return adamw
-    return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), adamw)
+    return optax.chain(optax.clip_by_global_norm(settings.grad_clip_norm), adamw)

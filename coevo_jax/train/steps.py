@@ -1,11 +1,12 @@
 """Jitted train steps: gradient accumulation over micro-batches, one AdamW update, device-scalar metrics.
 
-The steps are module-level pure functions of (`TrainState`, batch, frozen parameters); `build_steps` jits
-them once per policy architecture and mesh with explicit in/out shardings and the state donated. Both
-co-evolving policies share one architecture and mesh, hence one set of compiled programs (one per bucket
-shape). Under LoRA the state holds only the adapters and the frozen base comes as its own argument (never
-donated: both agents and every reference share it); gradients and optimizer moments exist for the adapters
-alone. Without LoRA the frozen part is empty.
+The steps are module-level pure functions of (`TrainState`, batch, `PhaseScalars`, frozen parameters);
+`build_steps` jits them once per policy architecture, mesh and AdamW settings with explicit in/out
+shardings and the state donated. What differs between phases (the learning-rate schedule, DPO's beta) comes
+in as traced scalars, so both co-evolving policies and all their phases share one set of compiled programs
+(one per bucket shape). Under LoRA the state holds only the adapters and the frozen base comes as its own
+argument (never donated: both agents and every reference share it); gradients and optimizer moments exist
+for the adapters alone. Without LoRA the frozen part is empty.
 
 The LoRA adapters' dropout draws its masks from the update count and the micro-batch index, so a phase
 resumed from a checkpoint replays the same masks.
@@ -23,8 +24,10 @@ import enum
 import functools
 from collections.abc import Callable
 
+import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx, traverse_util
 from jax.sharding import Mesh, NamedSharding
@@ -46,6 +49,7 @@ from coevo_jax.train.objectives import (
     grpo_objective,
     sft_objective,
 )
+from coevo_jax.train.optim import LearningRateSchedule, OptimizerConfig, learning_rate, learning_rate_schedule
 from coevo_jax.train.reference import reference_logprobs, reference_token_logprobs
 from coevo_jax.train.state import TrainState
 
@@ -59,8 +63,23 @@ def grpo_keys(beta: float) -> tuple[str, ...]:
     return (*SEQUENCE_KEYS, "old_logps", "advantages", "example_mask", *(("ref_logps",) if beta > 0 else ()))
 
 
-Objective = Callable  # (model, micro_batch, normaliser, ObjectiveConfig, dropout key) -> (loss share, sums)
+Objective = Callable  # (model, micro_batch, normaliser, ObjectiveConfig, beta, dropout key) -> (share, sums)
 _DROPOUT_SEED = 0  # the LoRA dropout key of update `step` is fold_in(key(_DROPOUT_SEED), step)
+
+
+@flax.struct.dataclass
+class PhaseScalars:
+    """What a train step takes per phase as traced float32 scalars, so one compiled step serves every
+    phase: the learning-rate schedule (evaluated at the state's step) and DPO's beta (eq. 7/9; the SFT and
+    GRPO steps do not read it)."""
+
+    schedule: LearningRateSchedule
+    beta: jax.Array
+
+
+def phase_scalars(optimizer: OptimizerConfig, beta: float) -> PhaseScalars:
+    """The host scalars of a phase trained with `optimizer`'s schedule and DPO `beta`."""
+    return PhaseScalars(schedule=learning_rate_schedule(optimizer), beta=np.asarray(beta, np.float32))
 
 
 def sft_normaliser(batch: dict) -> jax.Array:
@@ -95,6 +114,7 @@ def accumulate_gradients(
     params: dict,
     batch: dict,
     cfg: ObjectiveConfig,
+    beta: jax.Array,
     grad_shardings=None,
     compute_shardings=None,
     frozen: dict | None = None,
@@ -103,16 +123,17 @@ def accumulate_gradients(
     """(batch loss, gradients of `params`, summed metrics) over the leading micro-batch axis of `batch`.
 
     `params` are the trainable parameters and `frozen` the rest of the policy (LoRA's base; no gradient is
-    formed for it). `grad_shardings` keeps the float32 gradient sum in the parameters' (FSDP) sharding;
-    `compute_shardings` is how all the weights are gathered for the forward/backward pass (see
-    `models.decoder.bind`). `dropout_key` (micro-batch k uses fold_in(key, k)) switches LoRA dropout on.
+    formed for it). `beta` is DPO's (eq. 7/9). `grad_shardings` keeps the float32 gradient sum in the
+    parameters' (FSDP) sharding; `compute_shardings` is how all the weights are gathered for the
+    forward/backward pass (see `models.decoder.bind`). `dropout_key` (micro-batch k uses fold_in(key, k))
+    switches LoRA dropout on.
     """
     total = normaliser(batch)
     frozen = {} if frozen is None else frozen
 
     def loss_fn(params, micro_batch, key):
         model = bind(graphdef, combine_trainable(params, frozen), compute_shardings)
-        return objective(model, micro_batch, total, cfg, key)
+        return objective(model, micro_batch, total, cfg, beta, key)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     keep_sharded = (
@@ -166,13 +187,13 @@ def _metrics(sums: dict) -> dict:
 def train_step(
     state: TrainState,
     batch: dict,
+    scalars: PhaseScalars,
     frozen: dict,
     *,
     objective: Objective,
     normaliser: Callable[[dict], jax.Array],
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
-    schedule: optax.Schedule,
     cfg: ObjectiveConfig,
     mesh: Mesh,
     rules: ShardingRules,
@@ -181,7 +202,8 @@ def train_step(
     return_grads: bool = False,
 ) -> tuple[TrainState, dict]:
     """One optimizer update of the trainable parameters from a whole (micro-batched) batch, the `frozen`
-    rest of the policy held fixed; returns the new state and metrics.
+    rest of the policy held fixed, at the learning rate of `scalars.schedule` for `state.step` (`tx` is
+    AdamW at a unit rate); returns the new state and metrics.
 
     Metrics are device scalars (read them back only at the logging cadence); with `return_grads` they
     also hold the gradient tree under "grads" (for tests and debugging).
@@ -195,12 +217,15 @@ def train_step(
             state.params,
             batch,
             cfg,
+            scalars.beta,
             grad_shardings,
             compute_shardings,
             frozen,
             dropout_key,
         )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    lr = learning_rate(scalars.schedule, state.step)
+    updates = jax.tree.map(lambda u: lr.astype(u.dtype) * u, updates)
     new_state = TrainState(
         step=state.step + 1, params=optax.apply_updates(state.params, updates), opt_state=opt_state
     )
@@ -208,7 +233,7 @@ def train_step(
     metrics.update(
         loss=loss,
         grad_norm=optax.global_norm(grads),
-        learning_rate=jnp.asarray(schedule(state.step), jnp.float32),
+        learning_rate=lr,
         tokens=jnp.sum(batch["attention_mask"].astype(jnp.float32)),
     )
     if return_grads:
@@ -241,7 +266,8 @@ class JittedStep:
 
 
 class JittedTrainStep(JittedStep):
-    """A jitted train step of (TrainState, batch, frozen parameters); `frozen` is {} without LoRA."""
+    """A jitted train step of (TrainState, batch, PhaseScalars, frozen parameters); `frozen` is {} without
+    LoRA."""
 
     def __init__(self, fn: Callable, keys: tuple[str, ...], frozen_shardings: dict):
         super().__init__(fn, keys)
@@ -254,12 +280,12 @@ class JittedTrainStep(JittedStep):
             raise ValueError(f"this train step's frozen argument must be {what}")
         return frozen
 
-    def __call__(self, state: TrainState, batch: dict, frozen: dict | None = None):
-        return self.jitted(state, self._own(batch), self._frozen(frozen))
+    def __call__(self, state: TrainState, batch: dict, scalars: PhaseScalars, frozen: dict | None = None):
+        return self.jitted(state, self._own(batch), scalars, self._frozen(frozen))
 
-    def lower(self, state: TrainState, batch: dict, frozen: dict | None = None):
+    def lower(self, state: TrainState, batch: dict, scalars: PhaseScalars, frozen: dict | None = None):
         """The step lowered for these (possibly abstract) arguments: `.compile().memory_analysis()`."""
-        return self.jitted.lower(state, self._own(batch), self._frozen(frozen))
+        return self.jitted.lower(state, self._own(batch), scalars, self._frozen(frozen))
 
 
 class StepKind(enum.Enum):
@@ -275,10 +301,10 @@ class StepKind(enum.Enum):
 class PolicySteps:
     """The compiled programs shared by the policies of one architecture on one mesh.
 
-    `sft` (eq. 3/5), `dpo` (eq. 7), `coevo` (eq. 9) and `grpo` map (TrainState, batch, frozen) ->
-    (TrainState, metrics) and donate the state; `reference` maps the whole policy's (params, batch) ->
-    (chosen, rejected) log-probs [K, P] and `grpo_reference` to per-token log-probs [K, R, L] at GRPO's
-    temperature, deterministically (no dropout).
+    `sft` (eq. 3/5), `dpo` (eq. 7), `coevo` (eq. 9) and `grpo` map (TrainState, batch, PhaseScalars,
+    frozen) -> (TrainState, metrics) and donate the state; `reference` maps the whole policy's (params,
+    batch) -> (chosen, rejected) log-probs [K, P] and `grpo_reference` to per-token log-probs [K, R, L] at
+    GRPO's temperature, deterministically (no dropout).
     """
 
     sft: JittedTrainStep
@@ -309,7 +335,6 @@ def _batch_shardings(keys: tuple[str, ...], mesh: Mesh, rules: ShardingRules) ->
 def build_steps(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
-    schedule: optax.Schedule,
     shardings: TrainState,
     mesh: Mesh,
     rules: ShardingRules,
@@ -319,13 +344,13 @@ def build_steps(
     return_grads: bool = False,
 ) -> PolicySteps:
     """Jits the train steps and the reference passes with explicit shardings (state donated); each
-    compiles on first use, once per bucket shape.
+    compiles on first use, once per bucket shape, whatever the phase's `PhaseScalars`.
 
     `param_shardings` are those of all the policy's parameters (`train.state.policy_shardings`); they
     default to the state's, which is right without LoRA. With `return_grads` the step metrics also carry
     the gradients (replicated: for tests and debugging).
     """
-    metric_sharding = replicated(mesh)
+    scalar_sharding = replicated(mesh)
     param_shardings = shardings.params if param_shardings is None else param_shardings
     frozen_shardings = _frozen_part(param_shardings, shardings.params)
     weights_for_compute = compute_shardings(param_shardings, rules)
@@ -337,7 +362,6 @@ def build_steps(
             normaliser=normaliser,
             graphdef=graphdef,
             tx=tx,
-            schedule=schedule,
             cfg=cfg,
             mesh=mesh,
             rules=rules,
@@ -347,8 +371,8 @@ def build_steps(
         )
         jitted = jax.jit(
             fn,
-            in_shardings=(shardings, _batch_shardings(keys, mesh, rules), frozen_shardings),
-            out_shardings=(shardings, metric_sharding),
+            in_shardings=(shardings, _batch_shardings(keys, mesh, rules), scalar_sharding, frozen_shardings),
+            out_shardings=(shardings, scalar_sharding),
             donate_argnums=0,
         )
         return JittedTrainStep(jitted, keys, frozen_shardings)
