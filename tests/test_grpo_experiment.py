@@ -55,7 +55,7 @@ def test_updates_with_beta_zero_never_run_the_reference_pass():
 
     class Steps:
         def step(self, kind):
-            def update(state, batch, frozen):
+            def update(state, batch, scalars, frozen):
                 calls.append(("update", sorted(batch)))
                 return state + 1, {"loss": 0.0, "ratio": 1.0, "abs_log_ratio": 0.0}
 
