@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-WINDOW = 5  # steps in the moving average, as in the main job's grpo_steps.png
+from coevo_jax.experiment.figures import STEP_WINDOW, moving_average
 
 
 def step_entropy(logprobs: Sequence[Sequence[float]]) -> float | None:
@@ -72,11 +72,6 @@ def paired_stats(trained: Sequence[dict], baseline: Sequence[dict]) -> dict:
     }
 
 
-def moving_average(values: Sequence[float], window: int = WINDOW) -> list[float]:
-    """Mean of each value and the up to `window - 1` values before it."""
-    return [float(np.mean(values[max(0, i - window + 1) : i + 1])) for i in range(len(values))]
-
-
 def _step_view(trajectories) -> dict:
     rewards: dict[str, list[float]] = {}
     for t in trajectories:
@@ -97,7 +92,11 @@ def _figure(stats: dict, title: str, path: str) -> None:
         values = [100.0 * r[key] for r in stats["steps"]]
         left.plot(steps, values, color=color, alpha=0.35, linewidth=1, marker=".")
         left.plot(
-            steps, moving_average(values), color=color, linewidth=2.2, label=f"{label} ({WINDOW}-step mean)"
+            steps,
+            moving_average(values, STEP_WINDOW),
+            color=color,
+            linewidth=2.2,
+            label=f"{label} ({STEP_WINDOW}-step mean)",
         )
     left.set_xlabel("GRPO step")
     left.set_ylabel("sampled episodes' average reward (×100)")

@@ -122,8 +122,8 @@ def _first_missing(order: list[str], done: list[str]) -> str:
     return next((name for name in order if name not in done), "(none)")
 
 
-def policy_checksums(workdir: str) -> dict[str, str]:
-    """sha256 of each saved policy's restored arrays (paths, dtypes, shapes and bytes)."""
+def saved_policies(workdir: str) -> dict[str, dict]:
+    """Each saved policy of `workdir` restored as a tree of NumPy arrays (no mesh needed), by name."""
     import jax
     import numpy as np
     import orbax.checkpoint as ocp
@@ -134,13 +134,23 @@ def policy_checksums(workdir: str) -> dict[str, str]:
             path = os.path.join(root, name)
             metadata = checkpointer.metadata(path).item_metadata.tree
             restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
-            tree = checkpointer.restore(path, restore_args=restore_args)
-            digest = hashlib.sha256()
-            for key, leaf in sorted(jax.tree_util.tree_flatten_with_path(tree)[0], key=lambda kv: str(kv[0])):
-                leaf = np.ascontiguousarray(leaf)
-                digest.update(f"{jax.tree_util.keystr(key)}:{leaf.dtype}:{leaf.shape}".encode())
-                digest.update(leaf.tobytes())
-            out[name] = digest.hexdigest()
+            out[name] = checkpointer.restore(path, restore_args=restore_args)
+    return out
+
+
+def policy_checksums(workdir: str) -> dict[str, str]:
+    """sha256 of each saved policy's restored arrays (paths, dtypes, shapes and bytes)."""
+    import jax
+    import numpy as np
+
+    out = {}
+    for name, tree in saved_policies(workdir).items():
+        digest = hashlib.sha256()
+        for key, leaf in sorted(jax.tree_util.tree_flatten_with_path(tree)[0], key=lambda kv: str(kv[0])):
+            leaf = np.ascontiguousarray(leaf)
+            digest.update(f"{jax.tree_util.keystr(key)}:{leaf.dtype}:{leaf.shape}".encode())
+            digest.update(leaf.tobytes())
+        out[name] = digest.hexdigest()
     return out
 
 

@@ -3,6 +3,7 @@ devices gives: the same episodes, rewards and pair counts exactly, the same save
 precision (the gradient all-reduce crosses processes), and so after a SIGKILL of both processes mid-phase
 and a resume."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,7 +11,6 @@ import sys
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 from test_experiment import tiny_config
 
@@ -103,15 +103,18 @@ def _assert_close(want, have, where: str) -> None:
         assert have == want, where
 
 
+def _drill():
+    spec = importlib.util.spec_from_file_location(
+        "kill_resume_drill", os.path.join(ROOT, "launch", "kill_resume_drill.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its own module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def _policies(workdir: str) -> dict[str, list[np.ndarray]]:
-    out, root = {}, os.path.join(workdir, "policies")
-    with ocp.PyTreeCheckpointer() as checkpointer:
-        for name in sorted(os.listdir(root)):
-            path = os.path.join(root, name)
-            metadata = checkpointer.metadata(path).item_metadata.tree
-            args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
-            out[name] = jax.tree.leaves(checkpointer.restore(path, restore_args=args))
-    return out
+    return {name: jax.tree.leaves(tree) for name, tree in _drill().saved_policies(workdir).items()}
 
 
 def _assert_same_policies(expected: str, got: str) -> None:

@@ -247,7 +247,7 @@ def grpo_step_rewards(method: Mapping) -> list[float]:
     ]
 
 
-def _moving_average(values: Sequence[float], window: int) -> list[float]:
+def moving_average(values: Sequence[float], window: int) -> list[float]:
     """Mean of each value and the up to `window - 1` values before it."""
     return [
         sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
@@ -280,7 +280,7 @@ def grpo_steps_figure(results: Mapping | Sequence[Mapping]) -> Figure:
         ax.plot(xs, means, color=color, alpha=0.35, linewidth=1, marker=".")
         ax.plot(
             xs,
-            _moving_average(means, STEP_WINDOW),
+            moving_average(means, STEP_WINDOW),
             color=color,
             linewidth=2.2,
             label=f"{name} ({STEP_WINDOW}-step mean)",

@@ -21,7 +21,7 @@ import jax
 
 from coevo_jax import envs
 from coevo_jax.experiment import processes, report, reuse
-from coevo_jax.experiment.config import EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
+from coevo_jax.experiment.config import COEVOLVE_METHODS, EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
 from coevo_jax.experiment.methods import FAILURE_AGENT_METHODS, METHOD_RUNNERS
 from coevo_jax.experiment.policy import build_setup
@@ -84,7 +84,7 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
 
     `reuse_from`: a finished (or partial) run's workdir whose stages the config's differences cannot change
     seed the new `workdir` (`experiment.reuse`); results.json records them under `reused`."""
-    one_process_only = [m for m in cfg.methods if m.startswith("coevolve")]
+    one_process_only = [m for m in cfg.methods if m in COEVOLVE_METHODS]
     if jax.process_count() > 1 and one_process_only:
         raise NotImplementedError(
             f"methods {', '.join(one_process_only)} run in one process; this job has {jax.process_count()}"
