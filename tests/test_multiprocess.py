@@ -139,3 +139,12 @@ def test_two_processes_killed_mid_phase_resume_to_the_one_process_results(one_pr
     _assert_same_results(_results(one_process), _results(workdir))
     _assert_same_policies(one_process, workdir)
     assert not os.path.exists(os.path.join(workdir, "rollouts_by_process", "sft_target_it1_explore"))
+
+
+def test_the_coevolve_methods_are_refused_on_several_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(
+        NotImplementedError, match="methods coevolve, coevolve_rare run in one process; this job has 2"
+    ):
+        run(tiny_config(methods=("grpo", "coevolve", "coevolve_rare")), str(tmp_path))
+    assert not list(tmp_path.iterdir())  # refused before anything is written
