@@ -28,7 +28,13 @@ from coevo_jax.experiment.figures import (
 )
 from coevo_jax.experiment.report import write_reports
 from coevo_jax.experiment.results import aggregate_runs, final_scores
-from coevo_jax.experiment.tables import details_markdown, table_markdown, table_markdown_mean_std
+from coevo_jax.experiment.tables import (
+    details_markdown,
+    grpo_details_markdown,
+    table_markdown,
+    table_markdown_mean_std,
+    table_markdown_paired,
+)
 from coevo_jax.experiment.tensorboard import ScalarWriter, read_scalars
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -275,7 +281,11 @@ def test_cli_several_workdirs_print_mean_std_and_write_out(tmp_path):
     out = tmp_path / "mean.md"
     proc = run_cli(tmp_path / "0", tmp_path / "1", "--out", out)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == out.read_text() == table_markdown_mean_std(runs)
+    expected = table_markdown_mean_std(runs) + "\n" + table_markdown_paired(runs, "SFT")
+    assert proc.stdout == out.read_text() == expected
+    proc = run_cli(tmp_path / "0", tmp_path / "1", "--baseline", "Zero-shot")  # not a method: no paired table
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == table_markdown_mean_std(runs)
 
 
 def test_cli_missing_or_malformed_results_exit_2_naming_the_file(tmp_path):
@@ -415,3 +425,106 @@ def test_grpo_steps_figure_plots_every_step_and_its_moving_average_over_seeds(tm
     paths = write_reports(runs[0], tmp_path)
     assert "grpo_steps" in paths
     assert_png(paths["grpo_steps"], expect_w_gt_h=True)
+
+
+def _signed_stat(values):
+    """The paired table's cell, computed here: "+mean ± std" (sample std) of the values present."""
+    values = [v for v in values if v is not None]
+    if len(values) == 1:
+        return f"{values[0]:+.1f}"
+    return f"{np.mean(values):+.1f} ± {np.std(values, ddof=1):.1f}"
+
+
+def test_paired_table_is_each_method_minus_the_baseline_of_the_same_seed():
+    seed = fresh_seed()
+    runs = [make_results(seed=seed + i) for i in range(3)]
+    del runs[1]["methods"]["ETO"]["iterations"][-1]["eval"]["test_unseen"]  # that seed's cell is missing
+    header, rows = parse_table(table_markdown_paired(runs, "SFT"))
+    assert sorted(rows) == ["CoEvolving", "ETO"], f"seed {seed}"
+    for method in ("ETO", "CoEvolving"):
+        for column, split, key in [
+            ("Seen", "test_seen", "avg_reward"),
+            ("Unseen", "test_unseen", "avg_reward"),
+            ("Unseen SR (%)", "test_unseen", "success_rate"),
+        ]:
+            diffs = []
+            for run in runs:
+                mine = run["methods"][method]["iterations"][-1]["eval"].get(split)
+                base = run["methods"]["SFT"]["iterations"][-1]["eval"][split]
+                diffs.append(None if mine is None else 100 * (mine[key] - base[key]))
+            cell = rows[method][header.index(column) - 1]
+            assert cell == _signed_stat(diffs), f"seed {seed}: {method} {column}"
+    with pytest.raises(ValueError, match="baseline method 'RFT' is not among"):
+        table_markdown_paired(runs, "RFT")
+
+
+def _grpo_iteration(rng, iteration, rounds):
+    train = {
+        "steps": 10,
+        "updates": int(rng.integers(5, 20)),
+        "avg_reward": float(rng.uniform()),
+        "success_rate": float(rng.uniform()),
+        "equal_reward_fraction": float(rng.uniform()),
+        "final_kl": float(rng.uniform(0, 0.1)),
+        "final_clip_fraction": float(rng.uniform(0, 0.1)),
+    }
+    record = {"iteration": iteration, "eval": {}, "train": {"target": train}}
+    if rounds is not None:
+        record["coevolve"] = [
+            {
+                "round": r,
+                "signals": {"boundary": int(rng.integers(0, 30)), "forgetting": int(rng.integers(0, 5))},
+                "explored": int(rng.integers(0, 24)),
+                "synthesized": int(rng.integers(0, 24)),
+                "verified": int(rng.integers(0, 24)),
+                "pool_size": int(rng.integers(0, 60)),
+            }
+            for r in rounds
+        ]
+    return record
+
+
+def test_grpo_details_summarise_steps_and_rounds_over_seeds():
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    runs = []
+    for _ in range(2):
+        runs.append(
+            {
+                "env": "builtin",
+                "splits": [],
+                "methods": {
+                    "SFT": {"iterations": [{"iteration": 0, "eval": {}}]},
+                    "GRPO": {"iterations": [_grpo_iteration(rng, k, None) for k in (1, 2)]},
+                    "CoEvolve": {
+                        "iterations": [_grpo_iteration(rng, k, [2 * k - 2, 2 * k - 1]) for k in (1, 2)]
+                    },
+                },
+            }
+        )
+    markdown = grpo_details_markdown(runs)
+    header, rows = parse_table(markdown)
+    assert "| SFT |" not in markdown
+    lines = [line for line in markdown.splitlines() if line.startswith("| CoEvolve | 2 |")]
+    cells = [c.strip() for c in lines[0].strip("|").split("|")]
+    column = {name: header.index(name) for name in header}
+    records = [run["methods"]["CoEvolve"]["iterations"][1] for run in runs]
+
+    def stat(values, digits=1):
+        return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
+
+    train = [r["train"]["target"] for r in records]
+    assert cells[column["Sampled reward"]] == stat([100 * t["avg_reward"] for t in train]), f"seed {seed}"
+    assert cells[column["All-equal groups (%)"]] == stat([100 * t["equal_reward_fraction"] for t in train])
+    assert cells[column["KL"]] == stat([t["final_kl"] for t in train], 3)
+    assert cells[column["Rounds"]] == "2 ± 0"
+    verified = [sum(r["verified"] for r in rec["coevolve"]) for rec in records]
+    assert cells[column["Verified"]] == stat(verified, 0)
+    assert cells[column["Pool"]] == stat([rec["coevolve"][-1]["pool_size"] for rec in records], 0)
+    boundary = np.mean([sum(r["signals"]["boundary"] for r in rec["coevolve"]) for rec in records])
+    forgetting = np.mean([sum(r["signals"]["forgetting"] for r in rec["coevolve"]) for rec in records])
+    assert cells[column["Signals"]] == f"boundary {boundary:.0f}, forgetting {forgetting:.0f}"
+    grpo = [line for line in markdown.splitlines() if line.startswith("| GRPO | 1 |")]
+    assert grpo and grpo[0].rstrip(" |").endswith("— | — | — | — | — | —")
+    assert grpo_details_markdown(make_results(seed=seed)) == ""  # no GRPO-trained method
+    assert markdown in details_markdown(runs)

@@ -2,11 +2,14 @@
 CoEvolve's pool make-up (PNG) when a CoEvolve method ran.
 
 One workdir: rewrites its table.md, reward_curves.png, failure_analysis.png and pool_makeup.png
-(`write_reports`) and prints Table 1. Several workdirs (seeds of one study): prints Table 1 as mean ± std over them and, with
---figures DIR, writes Figures 2 and 3 (mean ± std) and details.md into DIR (`write_study_reports`). A
+(`write_reports`) and prints Table 1. Several workdirs (seeds of one study): prints Table 1 as mean ± std over
+them, then each method's difference from the baseline method (`--baseline`, SFT by default) in the same seed
+as mean ± std, and with --figures DIR writes Figures 2 and 3 (mean ± std) and details.md into DIR
+(`write_study_reports`). A
 WORKDIR argument may also name a results file itself. Every file is written atomically.
 
-CLI: `python -m coevo_jax.experiment.report WORKDIR [WORKDIR ...] [--out FILE] [--figures DIR]`.
+CLI: `python -m coevo_jax.experiment.report WORKDIR [WORKDIR ...] [--out FILE] [--figures DIR]
+[--baseline METHOD]`.
 The pieces: `experiment.results` (reading, statistics), `experiment.tables`, `experiment.figures`.
 """
 
@@ -27,7 +30,12 @@ from coevo_jax.experiment.figures import (
     plot_reward_curves,
 )
 from coevo_jax.experiment.results import RESULTS_FILE, coevolve_rounds, load_results
-from coevo_jax.experiment.tables import details_markdown, table_markdown, table_markdown_mean_std
+from coevo_jax.experiment.tables import (
+    details_markdown,
+    table_markdown,
+    table_markdown_mean_std,
+    table_markdown_paired,
+)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -84,6 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="with several workdirs: write Figures 2 and 3 (mean ± std over them) and details.md into DIR",
     )
+    parser.add_argument(
+        "--baseline",
+        default="SFT",
+        metavar="METHOD",
+        help="with several workdirs: also print each method minus this one (its title) in the same seed",
+    )
     args = parser.parse_args(argv)
     paths = [_results_path(arg) for arg in args.workdirs]
     try:
@@ -93,7 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             table = table_markdown(runs[0])
             print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)
         else:
-            table = table_markdown_mean_std(runs, names=[str(path) for path in paths])
+            names = [str(path) for path in paths]
+            table = table_markdown_mean_std(runs, names=names)
+            if args.baseline in runs[0]["methods"]:
+                table += "\n" + table_markdown_paired(runs, args.baseline, names=names)
             if args.figures:
                 written = write_study_reports(runs, args.figures)
                 print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)

@@ -6,6 +6,8 @@ evaluation per split and, from iteration 1, what each agent's exploration produc
 
 * `final_scores` / `score_row`: each method's last-iteration evaluation as Table-1 cells in percent.
 * `aggregate_runs`: those cells as mean, sample std and count over several runs (seeds), via `sample_stat`.
+* `paired_differences`: each method's cells minus a baseline method's in the same run, over runs: seeds
+  that move every method together (SFT's success swings with the seed) cancel out of the comparison.
 * `sorted_iterations`, `percent`, `as_runs`, `agent_label`, `split_label`, `seeds_note`: the small views
   both tables and figures use.
 * `coevolve_rounds`: a CoEvolve method's rounds (the `coevolve` lists of its iterations), for the pool figure.
@@ -140,6 +142,46 @@ def aggregate_runs(runs: Sequence[Mapping], names: Sequence[str] | None = None) 
         }
     seeds = [run.get("seed") for run in runs]
     return {"env": runs[0].get("env"), "seeds": seeds, "splits": splits, "methods": methods}
+
+
+def paired_differences(runs: Sequence[Mapping], baseline: str, names: Sequence[str] | None = None) -> dict:
+    """Table-1 cells of each method minus `baseline`'s in the same run, as mean ± std over the runs.
+
+    Same shape as `aggregate_runs` (without the baseline's own row), plus "baseline". A cell is missing
+    (None) where no run has both values. Unknown `baseline` is a ValueError naming the methods.
+    """
+    names = list(names) if names is not None else [f"run {i}" for i in range(len(runs))]
+    _check_runs(runs, names)
+    if baseline not in runs[0]["methods"]:
+        raise ValueError(f"baseline method {baseline!r} is not among {sorted(runs[0]['methods'])}")
+    splits = list(runs[0]["splits"])
+    rows_per_run = [
+        {name: score_row(evals, splits) for name, evals in final_scores(run).items()} for run in runs
+    ]
+
+    def minus(value, base):
+        return None if value is None or base is None else value - base
+
+    methods = {}
+    for method in runs[0]["methods"]:
+        if method == baseline:
+            continue
+        pairs = [(per_run[method], per_run[baseline]) for per_run in rows_per_run]
+        methods[method] = {
+            kind: {
+                s: sample_stat([minus(row[kind][s], base[kind][s]) for row, base in pairs]) for s in splits
+            }
+            for kind in ("reward", "success")
+        }
+        methods[method]["avg"] = sample_stat([minus(row["avg"], base["avg"]) for row, base in pairs])
+    seeds = [run.get("seed") for run in runs]
+    return {
+        "env": runs[0].get("env"),
+        "seeds": seeds,
+        "splits": splits,
+        "baseline": baseline,
+        "methods": methods,
+    }
 
 
 def as_runs(results: Mapping | Sequence[Mapping]) -> list[Mapping]:

@@ -3,8 +3,12 @@
 * `table_markdown`: Table 1, one row per method: average reward x100 per split, success rate (%) per
   split and "Avg." (mean of the reward columns), all from the method's last iteration.
 * `table_markdown_mean_std`: the same table as "mean ± std" over several seeds (`results.aggregate_runs`).
+* `table_markdown_paired`: each method minus a baseline method in the same run, mean ± std over seeds
+  (`results.paired_differences`).
 * `details_markdown`: per method, iteration and agent, the counts behind the table (failures on the tasks
-  SFT failed, pairs by kind, hard negatives, DPO accuracy and margin, context cut-offs).
+  SFT failed, pairs by kind, hard negatives, DPO accuracy and margin, context cut-offs); for GRPO-trained
+  methods their steps (sampled reward, all-equal groups, KL, clipping) and CoEvolve rounds (signals by kind,
+  explored, verified, pool size) per iteration.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from coevo_jax.experiment.results import (
     aggregate_runs,
     as_runs,
     final_scores,
+    paired_differences,
     sample_stat,
     score_row,
     seeds_note,
@@ -63,13 +68,14 @@ def table_markdown(results: Mapping) -> str:
     return f"{title}\n\n{LEGEND}\n\n{table}\n"
 
 
-def _format_stat(stat: dict | None, digits: int = 1) -> str:
-    """ "mean ± std" (just the mean for one value), MISSING for none."""
+def _format_stat(stat: dict | None, digits: int = 1, signed: bool = False) -> str:
+    """ "mean ± std" (just the mean for one value), MISSING for none; `signed` writes "+" on the mean."""
     if stat is None:
         return MISSING
+    mean = f"{stat['mean']:+.{digits}f}" if signed else f"{stat['mean']:.{digits}f}"
     if stat["std"] is None:
-        return f"{stat['mean']:.{digits}f}"
-    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+        return mean
+    return f"{mean} ± {stat['std']:.{digits}f}"
 
 
 def table_markdown_mean_std(runs: Sequence[Mapping], names: Sequence[str] | None = None) -> str:
@@ -86,6 +92,108 @@ def table_markdown_mean_std(runs: Sequence[Mapping], names: Sequence[str] | None
     note = f"Seeds: {seeds} ({count} run{'s' * (count != 1)}; std is the sample std, ddof=1)."
     table = _markdown(["Method", *(header for header, _ in columns)], rows)
     return f"{title}\n\n{note} {LEGEND}\n\n{table}\n"
+
+
+def table_markdown_paired(
+    runs: Sequence[Mapping], baseline: str = "SFT", names: Sequence[str] | None = None
+) -> str:
+    """Table 1's cells as differences from `baseline` in the same run, "mean ± std" over the runs."""
+    paired = paired_differences(runs, baseline, names)
+    columns = _columns(paired["splits"])
+    rows = [
+        [_escape(name), *(_format_stat(get(row), signed=True) for _, get in columns)]
+        for name, row in paired["methods"].items()
+    ]
+    count = len(paired["seeds"])
+    title = f"### Differences from {_escape(baseline)} in the same run, mean ± std over {count} seed{'s' * (count != 1)}"
+    note = "Each cell: the method's Table-1 cell minus the baseline's of the same seed (points)."
+    return f"{title}\n\n{note}\n\n{_markdown(['Method', *(header for header, _ in columns)], rows)}\n"
+
+
+GRPO_HEADERS = (
+    "Method",
+    "It.",
+    "Steps",
+    "Updates",
+    "Sampled reward",
+    "Sampled SR (%)",
+    "All-equal groups (%)",
+    "KL",
+    "Clip frac.",
+    "Rounds",
+    "Signals",
+    "Explored",
+    "Synthesized",
+    "Verified",
+    "Pool",
+)
+
+
+def _stat(values: Sequence[float | None], digits: int = 1, scale: float = 1.0) -> str:
+    """ "mean ± std" of `values` x `scale` (None entries skipped)."""
+    return _format_stat(sample_stat([None if v is None else scale * v for v in values]), digits)
+
+
+def _round_total(rounds: Sequence[Sequence[Mapping]], key: str) -> str:
+    """ "mean ± std" over runs of `key` summed over each run's rounds."""
+    return _stat([sum(r.get(key, 0) for r in rs) for rs in rounds], 0)
+
+
+def grpo_details_markdown(results: Mapping | Sequence[Mapping]) -> str:
+    """Per GRPO-trained method and iteration (mean ± std over the runs given): its steps' sampled reward
+    (x100) and success, the share of all-equal groups, the last update's KL and clip fraction, and the
+    CoEvolve rounds that ran after those steps (signals detected by kind, explorations, tasks synthesized
+    and verified, summed over the rounds; the pool's size after the last). "" when no method trained by GRPO."""
+    runs = as_runs(results)
+    rows = []
+    for name in runs[0]["methods"]:
+        records_by_iteration: dict[int, list[Mapping]] = {}
+        for run in runs:
+            for it in sorted_iterations(run["methods"].get(name) or {}):
+                target = (it.get("train") or {}).get("target") or {}
+                if "equal_reward_fraction" in target:
+                    records_by_iteration.setdefault(it["iteration"], []).append(it)
+        for k, records in sorted(records_by_iteration.items()):
+            train = [r["train"]["target"] for r in records]
+            rounds = [r.get("coevolve") or [] for r in records]
+
+            kinds = sorted({kind for rs in rounds for r in rs for kind in r.get("signals") or {}})
+            signals = ", ".join(
+                f"{kind} {np.mean([sum(r['signals'].get(kind, 0) for r in rs) for rs in rounds]):.0f}"
+                for kind in kinds
+            )
+
+            if any(rounds):
+                coevolve = [
+                    _stat([len(rs) for rs in rounds], 0),
+                    signals or "none",
+                    _round_total(rounds, "explored"),
+                    _round_total(rounds, "synthesized"),
+                    _round_total(rounds, "verified"),
+                    _stat([rs[-1]["pool_size"] if rs else None for rs in rounds], 0),
+                ]
+            else:
+                coevolve = [MISSING] * 6
+            rows.append(
+                [
+                    _escape(name),
+                    str(k),
+                    _stat([t.get("steps") for t in train], 0),
+                    _stat([t.get("updates") for t in train], 0),
+                    _stat([t.get("avg_reward") for t in train], scale=100.0),
+                    _stat([t.get("success_rate") for t in train], scale=100.0),
+                    _stat([t.get("equal_reward_fraction") for t in train], scale=100.0),
+                    _stat([t.get("final_kl") for t in train], 3),
+                    _stat([t.get("final_clip_fraction") for t in train], 3),
+                    *coevolve,
+                ]
+            )
+    if not rows:
+        return ""
+    title = (
+        f"### GRPO steps and CoEvolve rounds per iteration (`{runs[0].get('env', '?')}`{seeds_note(runs)})"
+    )
+    return f"{title}\n\n{_markdown(GRPO_HEADERS, rows)}\n"
 
 
 DETAIL_HEADERS = (
@@ -171,4 +279,5 @@ def details_markdown(results: Mapping | Sequence[Mapping]) -> str:
                     ]
                 )
     title = f"### What each iteration explored and trained on (`{runs[0].get('env', '?')}`{seeds_note(runs)})"
-    return f"{title}\n\n{_markdown(DETAIL_HEADERS, rows)}\n"
+    grpo = grpo_details_markdown(runs)
+    return f"{title}\n\n{_markdown(DETAIL_HEADERS, rows)}\n" + (f"\n{grpo}" if grpo else "")
