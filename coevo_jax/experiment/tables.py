@@ -280,4 +280,6 @@ def details_markdown(results: Mapping | Sequence[Mapping]) -> str:
                 )
     title = f"### What each iteration explored and trained on (`{runs[0].get('env', '?')}`{seeds_note(runs)})"
     grpo = grpo_details_markdown(runs)
+    if grpo and not rows:  # GRPO-trained methods only: no DPO table
+        return grpo
     return f"{title}\n\n{_markdown(DETAIL_HEADERS, rows)}\n" + (f"\n{grpo}" if grpo else "")
