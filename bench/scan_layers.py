@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=sorted(WORKERS), default=["compile", "step", "decode"])
     parser.add_argument("--repeats", type=int, default=2, help="A/B rounds (list, scan) per measurement")
     parser.add_argument("--layers", type=int, default=32, help="compile: layers of the 7B-shaped model")
-    parser.add_argument("--rows", type=int, default=8, help="compile: sequences per DPO step (pairs x 2)")
+    parser.add_argument("--rows", type=int, default=16, help="compile: sequences per DPO step (2 x pairs, 8 | pairs)")
     parser.add_argument("--length", type=int, default=1024, help="compile: tokens per sequence")
     parser.add_argument("--steps", type=int, default=8, help="step: timed DPO steps per run")
     parser.add_argument("--decode-repeats", type=int, default=3)

@@ -9,8 +9,14 @@ both work, and padded keys are never attended. Two entry points share the layers
 * `forward_cached` / `hidden_states_cached`: append a chunk of tokens to a `KVCache` (prefill,
   incremental prefill of new observations, one-token decoding) with static shapes.
 
+The blocks are one `Block` module whose parameters are the layers' stacked on a leading 'layers' axis
+(`Decoder.layers`: `layers.attn.q_kernel` is [L, D, H, E]); both entry points run them under one
+`lax.scan`, a layer per step, so a program holds one block's code whatever the depth, FSDP gathers one
+layer's weights at a time (inside the step), and `remat` recomputes one layer at a time.
+
 With `ModelConfig.lora_rank` > 0 the target projections carry LoRA adapters (`coevo_jax.models.lora`);
-the full-sequence entry points take a `dropout_key` for the adapters' dropout (train steps only).
+the full-sequence entry points take a `dropout_key` for the adapters' dropout (train steps only; layer i
+draws with `fold_in(dropout_key, i)`).
 
 Jitted code holds the decoder as a static `GraphDef` plus a pure dict of parameters: `abstract_model`
 gives the graphdef (and abstract state) without allocating anything, and `bind` merges a graphdef with
@@ -19,7 +25,7 @@ parameters inside a traced function (train steps, reference pass, sampler).
 Parameters are stored in `param_dtype` and cast to the compute `dtype` on use. Every parameter carries
 logical axis names; activations are constrained by logical names (see `layers.constrain`).
 
-Shape legend: B batch, T length, S cache slots, D hidden_size, F intermediate_size, V vocab_size,
+Shape legend: L layers, B batch, T length, S cache slots, D hidden_size, F intermediate_size, V vocab_size,
 H query heads, K key/value heads, E head_dim.
 """
 
