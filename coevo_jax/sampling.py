@@ -249,7 +249,7 @@ def prefill(
     chunk must end within the first `window` slots.
     """
     with _maybe_activation_context(mesh, rules):
-        model = bind(graphdef, params, weights)
+        model = bind(graphdef, params, weights, per_layer=False)
         full = cache.replace(lengths_B=start_lengths_B.astype(jnp.int32))
         hidden_BxTxD, part = model.hidden_states_cached(ids_BxT, leading_slots(full, window), mask_BxT)
         logits_BxV = model.logits_from_hidden(hidden_BxTxD[:, -1:])[:, 0]  # left padding: last is real
@@ -278,7 +278,7 @@ def decode(
     batch, max_new = logits_BxV.shape[0], sampling.max_new_tokens
     full = cache
     with _maybe_activation_context(mesh, rules):
-        model = bind(graphdef, params, weights)
+        model = bind(graphdef, params, weights, per_layer=False)
         state = DecodeState(
             cache=leading_slots(cache, window),
             last_token_B=jnp.zeros((batch,), jnp.int32),

@@ -378,24 +378,27 @@ def combine_trainable(trainable: dict, frozen: dict) -> dict:
     )
 
 
-def bind(graphdef: nnx.GraphDef, params: dict, compute_shardings=None) -> Decoder:
+def bind(graphdef: nnx.GraphDef, params: dict, compute_shardings=None, *, per_layer: bool = True) -> Decoder:
     """The decoder with these parameters (cheap: used inside traced steps).
 
     With `compute_shardings` (see `sharding.compute_shardings`) the parameters are cast to the compute
     dtype - as the decoder casts them on use anyway - and all-gathered over the storage-only FSDP axes:
     weights are stored sharded, gathered in the compute dtype for use, and the transpose reduce-scatters
     their gradients back (ZeRO-3). The embedding, final norm and output projection are gathered here; the
-    stacked layers one at a time, inside the scan over them (`Decoder.layer_shardings`).
+    stacked layers, with `per_layer` (the train steps), one at a time inside the scan over them
+    (`Decoder.layer_shardings`), else here too: the sampler's decode loop uses the weights once per token,
+    and gathering them once per call beats gathering every layer at every token.
     """
     if compute_shardings is None:
         return nnx.merge(graphdef, params)
     dtype = nnx.merge(graphdef, params).config.dtype
-    outer = {name: value for name, value in params.items() if name != "layers"}
+    outer = {name: value for name, value in params.items() if name != "layers" or not per_layer}
     cast = jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, outer)
     outer_shardings = {name: compute_shardings[name] for name in outer}
-    model = nnx.merge(
-        graphdef, {**jax.lax.with_sharding_constraint(cast, outer_shardings), "layers": params["layers"]}
-    )
+    gathered = jax.lax.with_sharding_constraint(cast, outer_shardings)
+    if not per_layer:
+        return nnx.merge(graphdef, gathered)
+    model = nnx.merge(graphdef, {**gathered, "layers": params["layers"]})
     model.layer_shardings = jax.tree.map(_one_layer, compute_shardings["layers"])
     return model
 
