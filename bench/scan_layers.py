@@ -7,7 +7,7 @@ time, decode throughput.
 Two source trees: `--list-tree` (the decoder with an `nnx.List` of layers looped in Python: a checkout of a
 commit before the scan) and `--scan-tree` (default: this script's tree). Every measurement runs in a fresh
 subprocess with `PYTHONPATH` pointing at one tree, using this tree's bench helpers, and the trees alternate
-(list, scan, list, scan, ...), so a machine whose load drifts biases neither side.
+in ABBA order (list, scan, scan, list, ...), so a machine whose load drifts biases neither side.
 
 - compile: the DPO step (eq. 7) of a Llama-2-7B-shaped policy (`train_step_devices.py --preset llama2_7b`:
   bf16 compute, float32 weights, remat) on 8 fake CPU devices, FSDP over all 8, lowered and compiled on
@@ -104,7 +104,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=sorted(WORKERS), default=["compile", "step", "decode"])
     parser.add_argument("--repeats", type=int, default=2, help="A/B rounds (list, scan) per measurement")
     parser.add_argument("--layers", type=int, default=32, help="compile: layers of the 7B-shaped model")
-    parser.add_argument("--rows", type=int, default=16, help="compile: sequences per DPO step (2 x pairs, 8 | pairs)")
+    parser.add_argument(
+        "--rows", type=int, default=16, help="compile: sequences per DPO step (2 x pairs, 8 | pairs)"
+    )
     parser.add_argument("--length", type=int, default=1024, help="compile: tokens per sequence")
     parser.add_argument("--steps", type=int, default=8, help="step: timed DPO steps per run")
     parser.add_argument("--decode-repeats", type=int, default=3)
@@ -121,7 +123,10 @@ def main() -> None:
     results: dict = {what: {"list": [], "scan": []} for what in args.only}
     for what in args.only:
         for repeat in range(args.repeats):
-            for name, tree in trees.items():
+            order = (
+                list(trees.items()) if repeat % 2 == 0 else list(trees.items())[::-1]
+            )  # ABBA: drift cancels
+            for name, tree in order:
                 result = run_worker(tree, what, args)
                 results[what][name].append(result)
                 print(f"{what:8s} {name:5s} #{repeat}: {json.dumps(result)}", flush=True)
