@@ -36,17 +36,12 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:8.3f} MiB"
 
 
-def run(args) -> None:
-    import jax
-    import numpy as np
-
-    from coevo_jax import sharding
-    from coevo_jax.models import ModelConfig, abstract_model
-    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
-    from coevo_jax.train.state import init_train_state, policy_shardings, state_shardings
+def model_config(args):
+    """The `--preset` model (Llama-2-7B's shape, or a tiny one)."""
+    from coevo_jax.models import ModelConfig
 
     if args.preset == "llama2_7b":
-        cfg = ModelConfig(
+        return ModelConfig(
             vocab_size=32000,
             hidden_size=4096,
             intermediate_size=11008,
@@ -60,16 +55,24 @@ def run(args) -> None:
             lora_rank=args.lora_rank,
             lora_alpha=2.0 * max(args.lora_rank, 1),
         )
-    else:
-        cfg = ModelConfig(
-            vocab_size=args.vocab,
-            hidden_size=args.hidden,
-            intermediate_size=2 * args.hidden,
-            num_layers=args.layers or 2,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=args.hidden // 4,
-        )
+    return ModelConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=2 * args.hidden,
+        num_layers=args.layers or 2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=args.hidden // 4,
+    )
+
+
+def build(args, cfg):
+    """(mesh, rules, optimizer, phase scalars, state shardings, steps) of `cfg` on the `--mesh` mesh."""
+    from coevo_jax import sharding
+    from coevo_jax.models import abstract_model
+    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
+    from coevo_jax.train.state import policy_shardings, state_shardings
+
     mesh = sharding.make_mesh(sharding.MeshConfig(axes=MESHES[args.mesh]))
     rules = sharding.ShardingRules()
     opt = OptimizerConfig(learning_rate=1e-4)
@@ -85,6 +88,18 @@ def run(args) -> None:
         ObjectiveConfig(),
         param_shardings=policy_shardings(cfg, mesh, rules),
     )
+    return mesh, rules, tx, scalars, shardings, steps
+
+
+def run(args) -> None:
+    import jax
+    import numpy as np
+
+    from coevo_jax import sharding
+    from coevo_jax.train.state import init_train_state
+
+    cfg = model_config(args)
+    mesh, rules, tx, scalars, shardings, steps = build(args, cfg)
     if args.compile_only:
         compile_only(args, cfg, tx, shardings, steps, scalars, mesh, rules)
         return
@@ -139,7 +154,7 @@ def run(args) -> None:
     )
 
 
-def compile_only(args, cfg, tx, shardings, steps, scalars, mesh, rules) -> None:
+def compile_only(args, cfg, tx, shardings, steps, scalars, mesh, rules) -> dict:
     """Per-device memory analysis of the SFT (or DPO) step compiled on abstract (never allocated) inputs."""
     import jax
     import jax.numpy as jnp
@@ -174,7 +189,10 @@ def compile_only(args, cfg, tx, shardings, steps, scalars, mesh, rules) -> None:
             batch[key] = jax.ShapeDtypeStruct((1, args.rows // 2), jnp.float32, sharding=per_row)
     step = steps.sft if args.step == "sft" else steps.dpo
     start = time.perf_counter()
-    memory = step.lower(state, batch, scalars, frozen).compile().memory_analysis()
+    lowered = step.lower(state, batch, scalars, frozen)
+    lowered_at = time.perf_counter()
+    memory = lowered.compile().memory_analysis()
+    compiled_at = time.perf_counter()
     total = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
     frozen_total = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(frozen))
     print(
@@ -182,13 +200,29 @@ def compile_only(args, cfg, tx, shardings, steps, scalars, mesh, rules) -> None:
         f", {args.step} step" + (f", LoRA r={cfg.lora_rank}" if cfg.lora_rank else "")
     )
     print(
-        f"  compiled in {time.perf_counter() - start:.0f} s; rows {args.rows} x length {args.length}, remat {cfg.remat}"
+        f"  lowered in {lowered_at - start:.0f} s, compiled in {compiled_at - lowered_at:.0f} s; rows {args.rows} x length {args.length}, remat {cfg.remat}"
     )
     print(f"  train state, whole          {total / 2**30:8.2f} GiB")
     print(f"  frozen base, whole          {frozen_total / 2**30:8.2f} GiB")
     print(f"  step arguments / device     {memory.argument_size_in_bytes / 2**30:8.2f} GiB")
     print(f"  step outputs / device       {memory.output_size_in_bytes / 2**30:8.2f} GiB")
     print(f"  step temporaries / device   {memory.temp_size_in_bytes / 2**30:8.2f} GiB")
+    peak = (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        - memory.alias_size_in_bytes
+        + memory.temp_size_in_bytes
+    )
+    print(f"  peak / device (arg + out - alias + temp)  {peak / 2**30:8.2f} GiB")
+    return {
+        "lower_s": lowered_at - start,
+        "compile_s": compiled_at - lowered_at,
+        "argument_bytes": memory.argument_size_in_bytes,
+        "output_bytes": memory.output_size_in_bytes,
+        "alias_bytes": memory.alias_size_in_bytes,
+        "temp_bytes": memory.temp_size_in_bytes,
+        "peak_bytes": peak,
+    }
 
 
 def main() -> None:

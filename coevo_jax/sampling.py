@@ -249,7 +249,7 @@ def prefill(
     chunk must end within the first `window` slots.
     """
     with _maybe_activation_context(mesh, rules):
-        model = bind(graphdef, params, weights)
+        model = bind(graphdef, params, weights, per_layer=False)
         full = cache.replace(lengths_B=start_lengths_B.astype(jnp.int32))
         hidden_BxTxD, part = model.hidden_states_cached(ids_BxT, leading_slots(full, window), mask_BxT)
         logits_BxV = model.logits_from_hidden(hidden_BxTxD[:, -1:])[:, 0]  # left padding: last is real
@@ -278,7 +278,7 @@ def decode(
     batch, max_new = logits_BxV.shape[0], sampling.max_new_tokens
     full = cache
     with _maybe_activation_context(mesh, rules):
-        model = bind(graphdef, params, weights)
+        model = bind(graphdef, params, weights, per_layer=False)
         state = DecodeState(
             cache=leading_slots(cache, window),
             last_token_B=jnp.zeros((batch,), jnp.int32),
@@ -308,17 +308,16 @@ def copy_prefix(cache: KVCache, prefix: KVCache, rows_B: jax.Array) -> KVCache:
     """The cache with the first P slots of each row where `rows_B` replaced by `prefix` (one row, P slots)."""
     size = prefix.capacity
 
-    def put(full, part):
-        rows = rows_B.reshape(-1, *([1] * (full.ndim - 1)))
-        head = full[:, :, :size] if full.ndim == 4 else full[:, :size]
-        new = jnp.where(rows, part.astype(full.dtype), head)
-        return full.at[:, :, :size].set(new) if full.ndim == 4 else full.at[:, :size].set(new)
+    def put(full, part, row_axis):  # slots are the axis after the rows' and heads' (keys, values) or rows'
+        rows = rows_B.reshape(*([1] * row_axis), -1, *([1] * (full.ndim - row_axis - 1)))
+        slots = (slice(None),) * (row_axis + (1 if full.ndim == 2 else 2)) + (slice(0, size),)
+        return full.at[slots].set(jnp.where(rows, part.astype(full.dtype), full[slots]))
 
     ids = cache.token_ids_BxS
     return cache.replace(
-        keys=tuple(put(k, p) for k, p in zip(cache.keys, prefix.keys, strict=True)),
-        values=tuple(put(v, p) for v, p in zip(cache.values, prefix.values, strict=True)),
-        token_ids_BxS=None if ids is None else put(ids, prefix.token_ids_BxS),
+        keys=put(cache.keys, prefix.keys, 1),
+        values=put(cache.values, prefix.values, 1),
+        token_ids_BxS=None if ids is None else put(ids, prefix.token_ids_BxS, 0),
     )
 
 
@@ -368,8 +367,7 @@ class Sampler:
     ):
         self.merge_lora = bool(model_config.lora_rank) and merge_lora
         program_config = model_config.without_lora() if self.merge_lora else model_config
-        # remat only trades memory in backward passes; inside the decode loop's trace it would also see the
-        # parameters from outside the loop (TraceContextError)
+        # remat only trades memory in backward passes, and sampling has none
         program_config = program_config.replace(remat=False)
         graphdef, _ = abstract_model(program_config)
         self.graphdef, self.model_config = graphdef, model_config
@@ -417,17 +415,24 @@ class Sampler:
         """Programs compiled so far (prefill and decode per bucket, the prefix copy)."""
         return self._prefill._cache_size() + self._decode._cache_size() + self._copy_prefix._cache_size()
 
-    def _rows(self, array):
+    def _rows(self, array, axis: int = 0):
+        """`array` with its rows (axis `axis`) sharded over the batch mesh axes (as is without a mesh)."""
         array = jnp.asarray(array)
         if self.mesh is None:
             return array
-        spec = PartitionSpec(self.rules.batch_axes, *([None] * (array.ndim - 1)))
+        spec = PartitionSpec(*([None] * axis), self.rules.batch_axes, *([None] * (array.ndim - axis - 1)))
         return jax.device_put(array, NamedSharding(self.mesh, spec))
 
     def init_cache(self) -> KVCache:
         """An empty cache for `batch_size` rows of `cache_len` slots, rows sharded over the mesh."""
         cache = init_cache(self.model_config, self.batch_size, self.cache_len, self.cache_dtype)
-        return jax.tree.map(self._rows, cache)
+        ids = cache.token_ids_BxS
+        return KVCache(
+            keys=self._rows(cache.keys, axis=1),  # [L, B, K, S, E]
+            values=self._rows(cache.values, axis=1),
+            lengths_B=self._rows(cache.lengths_B),
+            token_ids_BxS=None if ids is None else self._rows(ids),
+        )
 
     def window_for(self, live_length: int) -> int:
         """The cache window for a turn whose longest row holds `live_length` tokens before decoding."""
@@ -485,7 +490,13 @@ class Sampler:
         chunks = [list(tokens)] + [None] * (self.batch_size - 1)
         _, cache = self.prefill(weights, cache, chunks, np.zeros(self.batch_size, np.int32))
         head = leading_slots(cache, len(tokens))
-        return jax.tree.map(lambda x: x[:1], head)
+        ids = head.token_ids_BxS
+        return KVCache(
+            keys=head.keys[:, :1],  # [L, B, K, S, E]: the first row
+            values=head.values[:, :1],
+            lengths_B=head.lengths_B[:1],
+            token_ids_BxS=None if ids is None else ids[:1],
+        )
 
     def copy_prefix(self, cache: KVCache, prefix: KVCache, rows) -> KVCache:
         """`cache` with `prefix` (see `prompt_prefix`) written at the start of each row where `rows` is true;

@@ -38,6 +38,7 @@ DEFAULT_PARAM_RULES: tuple[Rule, ...] = (
     ("head_dim", None),
     ("norm", None),
     ("lora_rank", None),  # LoRA adapters: sharded like their base weight on its other axes
+    ("layers", None),  # stacked layers: the decoder's scan takes one layer per step, whole on every device
 )
 # Activations: batch rows over data x fsdp, heads / MLP / vocabulary over tensor.
 DEFAULT_ACTIVATION_RULES: tuple[Rule, ...] = (

@@ -34,11 +34,15 @@ def _config(model: dict) -> ModelConfig:
 
 
 def _matmul_shapes(model: dict) -> list[tuple[int, ...]]:
-    """Shapes of the parameters that take part in matmuls: every >=2-d parameter except the embedding."""
+    """Shapes of the weights that take part in matmuls: every >=2-d weight except the embedding, each layer's
+    slice of a stacked layer weight once per layer."""
     state = nnx.state(nnx.eval_shape(lambda: Decoder(_config(model), rngs=nnx.Rngs(0))), nnx.Param)
-    return [
-        tuple(v.shape) for path, v in nnx.to_flat_state(state) if len(v.shape) >= 2 and path != ("embed",)
-    ]
+    shapes = []
+    for path, v in nnx.to_flat_state(state):
+        shape, copies = (tuple(v.shape[1:]), v.shape[0]) if path[0] == "layers" else (tuple(v.shape), 1)
+        if len(shape) >= 2 and path != ("embed",):
+            shapes += [shape] * copies
+    return shapes
 
 
 @pytest.mark.parametrize("model", [SMALL, anchor.MODEL], ids=["small", "anchor"])
@@ -64,7 +68,7 @@ def test_forward_flops_against_a_per_query_count(length):
 @pytest.mark.parametrize("batch, cache_len", [(1, 16), (5, 40)])
 def test_decode_step_bytes_match_weights_and_cache(batch, cache_len):
     cache = jax.eval_shape(lambda: init_cache(_config(SMALL), batch, cache_len))
-    cache_bytes = sum(a.size * a.dtype.itemsize for a in (*cache.keys, *cache.values))
+    cache_bytes = sum(a.size * a.dtype.itemsize for a in (cache.keys, cache.values))
     weight_bytes = 4 * sum(int(np.prod(s)) for s in _matmul_shapes(SMALL))
     assert flops.decode_step_bytes(SMALL, batch, cache_len) == weight_bytes + cache_bytes
     assert (

@@ -46,35 +46,33 @@ def test_adapters_are_lora_params_with_the_logical_axes_and_shardings_of_their_b
     cfg = TINY.replace(**LORA)
     model = Decoder(cfg, rngs=nnx.Rngs(0))
     adapters = nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))
-    assert len(adapters) == 2 * len(ALL_TARGETS) * cfg.num_layers
+    assert len(adapters) == 2 * len(ALL_TARGETS)  # A and B per target, each stacked over the layers
     assert all(type(variable) is nnx.LoRAParam for _, variable in adapters)
-    q = model.layers[0].attn.q_lora
-    assert q.a.get_value().shape == (64, 4) and q.b.get_value().shape == (4, 4, 16)
-    assert q.a.get_metadata()["out_sharding"] == ("embed", "lora_rank")
-    assert q.b.get_metadata()["out_sharding"] == ("lora_rank", "q_heads", "head_dim")
-    o = model.layers[0].attn.o_lora
-    assert o.a.get_metadata()["out_sharding"] == ("q_heads", "head_dim", "lora_rank")
+    q, layers = model.layers.attn.q_lora, cfg.num_layers  # stacked: a leading 'layers' axis
+    assert q.a.get_value().shape == (layers, 64, 4) and q.b.get_value().shape == (layers, 4, 4, 16)
+    assert q.a.get_metadata()["out_sharding"] == ("layers", "embed", "lora_rank")
+    assert q.b.get_metadata()["out_sharding"] == ("layers", "lora_rank", "q_heads", "head_dim")
+    o = model.layers.attn.o_lora
+    assert o.a.get_metadata()["out_sharding"] == ("layers", "q_heads", "head_dim", "lora_rank")
     _, abstract = abstract_model(cfg)
     specs = jax.tree.map(
         lambda s: s.spec,
         sharding.param_shardings(abstract, mesh_of(MESHES["cube2"]), sharding.ShardingRules()),
     )
-    layer = specs["layers"][1]
-    assert layer["attn"]["q_kernel"] == P("fsdp", "tensor", None)
-    assert layer["attn"]["q_lora"] == {"a": P("fsdp", None), "b": P(None, "tensor", None)}
-    assert layer["attn"]["o_lora"] == {"a": P("tensor", None, None), "b": P(None, "fsdp")}
-    assert layer["mlp"]["down_lora"] == {"a": P("tensor", None), "b": P(None, "fsdp")}
+    layer = specs["layers"]
+    assert layer["attn"]["q_kernel"] == P(None, "fsdp", "tensor", None)
+    assert layer["attn"]["q_lora"] == {"a": P(None, "fsdp", None), "b": P(None, None, "tensor", None)}
+    assert layer["attn"]["o_lora"] == {"a": P(None, "tensor", None, None), "b": P(None, None, "fsdp")}
+    assert layer["mlp"]["down_lora"] == {"a": P(None, "tensor", None), "b": P(None, None, "fsdp")}
 
 
 def test_partition_and_combine_are_inverse_and_full_fine_tuning_trains_everything():
     cfg = TINY.replace(lora_rank=2, lora_targets=("v", "up"))
     params = nnx.to_pure_dict(nnx.state(Decoder(cfg, rngs=nnx.Rngs(0)), nnx.Param))
     trainable, frozen = partition_trainable(params, cfg)
-    assert set(trainable["layers"][0]) == {"attn", "mlp"}
-    assert set(trainable["layers"][0]["attn"]) == {"v_lora"} and set(trainable["layers"][0]["mlp"]) == {
-        "up_lora"
-    }
-    assert "v_lora" not in frozen["layers"][0]["attn"] and "embed" in frozen
+    assert set(trainable["layers"]) == {"attn", "mlp"}
+    assert set(trainable["layers"]["attn"]) == {"v_lora"} and set(trainable["layers"]["mlp"]) == {"up_lora"}
+    assert "v_lora" not in frozen["layers"]["attn"] and "embed" in frozen
     assert _flat(combine_trainable(trainable, frozen)).keys() == _flat(params).keys()
     base_params = nnx.to_pure_dict(nnx.state(Decoder(TINY, rngs=nnx.Rngs(0)), nnx.Param))
     trainable, frozen = partition_trainable(base_params, TINY)
@@ -139,7 +137,7 @@ def test_merged_sampling_equals_unmerged_sampling(greedy):
     unmerged = Sampler(model.config, batch_size=3, cache_len=64, sampling=sampling, merge_lora=False)
     assert merged.merge_lora and not unmerged.merge_lora
     merged_weights = merged.weights(params)
-    assert "q_lora" not in merged_weights["layers"][0]["attn"]  # the base architecture's programs
+    assert "q_lora" not in merged_weights["layers"]["attn"]  # the base architecture's programs
     assert unmerged.weights(params) is params
     prompts = [[5, 17, 33, 2], [9] * 7, [101, 3]]
     key = jax.random.split(jax.random.key(0), 3)

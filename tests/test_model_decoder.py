@@ -12,7 +12,7 @@ from model_fixtures import KITCHEN_SINK, max_abs_on_valid, padded_batch, random_
 
 from coevo_jax.models import init_cache
 
-LOGICAL_AXES = {"vocab", "embed", "mlp", "q_heads", "kv_heads", "head_dim", "norm"}
+LOGICAL_AXES = {"layers", "vocab", "embed", "mlp", "q_heads", "kv_heads", "head_dim", "norm"}
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +178,7 @@ def test_bfloat16_compute_is_close_to_float32(model, full_logits):
     ids, mask = padded_batch([(8, "left"), (5, "right")], 8, seed=10)
     reference = np.asarray(full_logits(model, jnp.asarray(ids), jnp.asarray(mask)))
     cache = init_cache(bf16_cfg, batch=2, max_len=10)
-    assert cache.keys[0].dtype == jnp.bfloat16
+    assert cache.keys.dtype == jnp.bfloat16
 
     @nnx.jit
     def both(m, ids, mask, cache):

@@ -200,7 +200,9 @@ def test_gguf_route_and_placement_callback(tiny_model, tiny_checkpoint, tmp_path
     loaded, tokenizer = load_pretrained(gguf_path, place=place)
     assert tokenizer == "tok"
     np.testing.assert_array_equal(loaded(IDS), tiny_model(IDS))
-    assert placed[Q_PROJ] == ("embed", "q_heads", "head_dim") and len(placed) == len(tensors)
+    stacked_q_proj = Q_PROJ.replace(".0.", ".*.")  # every layer's q_proj, placed as one stacked weight
+    assert placed[stacked_q_proj] == ("layers", "embed", "q_heads", "head_dim")
+    assert len(placed) == len(nnx.to_flat_state(nnx.state(loaded)))
 
     del tensors["model.norm.weight"]
     with pytest.raises(CheckpointError, match=rf"{gguf_path}: missing tensor 'model.norm.weight'"):

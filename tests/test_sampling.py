@@ -271,7 +271,7 @@ def test_sharded_sampler_equals_single_device(model):
     placed = jax.device_put(params, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
     assert sharded.generate(placed, prompts, jax.random.key(0)) == expected
     cache = sharded.init_cache()
-    assert len(cache.keys[0].sharding.device_set) == 8
+    assert len(cache.keys.sharding.device_set) == 8
 
 
 def test_bf16_cache_decodes_close_to_float32(model):
@@ -284,7 +284,7 @@ def test_bf16_cache_decodes_close_to_float32(model):
         _, cache = sampler.prefill(params, cache, prompts, [0, 0])
         logits, _ = sampler.prefill(params, cache, [[4, 5], [6]], [6, 11])
         sampler.last_logits = np.asarray(logits)
-    assert bf16.init_cache().keys[0].dtype == jnp.bfloat16
+    assert bf16.init_cache().keys.dtype == jnp.bfloat16
     np.testing.assert_allclose(bf16.last_logits, f32.last_logits, atol=0.1)
     assert not np.allclose(bf16.last_logits, f32.last_logits, atol=1e-7)  # the bf16 cache is really used
 

@@ -1,5 +1,7 @@
 """Mesh construction, logical-axis rules, FSDP parameter placement and the device batch layout."""
 
+import re
+
 import jax
 import ml_collections
 import numpy as np
@@ -56,16 +58,16 @@ def test_default_rules_shard_weights_fsdp_and_tensor():
     specs = jax.tree.map(lambda s: s.spec, sharding.param_shardings(abstract, mesh, sharding.ShardingRules()))
     assert specs["embed"] == P("tensor", "fsdp")
     assert specs["lm_head"] == P("fsdp", "tensor")
-    assert specs["layers"][0]["attn"]["q_kernel"] == P("fsdp", "tensor", None)
-    assert specs["layers"][0]["attn"]["o_kernel"] == P("tensor", None, "fsdp")
-    assert specs["layers"][0]["mlp"]["down_kernel"] == P("tensor", "fsdp")
+    assert specs["layers"]["attn"]["q_kernel"] == P(None, "fsdp", "tensor", None)  # [L, D, H, E]
+    assert specs["layers"]["attn"]["o_kernel"] == P(None, "tensor", None, "fsdp")
+    assert specs["layers"]["mlp"]["down_kernel"] == P(None, "tensor", "fsdp")
     assert specs["final_norm"]["scale"] == P(None)
 
 
 def test_indivisible_dimension_is_an_error_naming_the_parameter():
     mesh = mesh_of((("data", 1), ("fsdp", 1), ("tensor", 8)))  # 2 kv heads cannot split 8 ways
     _, abstract = abstract_model(TINY)
-    with pytest.raises(ValueError, match=r"layers/0/attn/k_kernel.*kv_heads=2"):
+    with pytest.raises(ValueError, match=r"layers/attn/k_kernel.*kv_heads=2"):
         sharding.param_shardings(abstract, mesh, sharding.ShardingRules())
 
 
@@ -132,7 +134,7 @@ def test_weights_are_gathered_over_storage_axes_for_compute():
     _, abstract = abstract_model(TINY)
     compute = sharding.compute_shardings(sharding.param_shardings(abstract, mesh, rules), rules)
     assert compute["embed"].spec == P("tensor", None)
-    assert compute["layers"][1]["attn"]["o_kernel"].spec == P("tensor", None, None)
+    assert compute["layers"]["attn"]["o_kernel"].spec == P(None, "tensor", None, None)
     assert rules.params == sharding.DEFAULT_PARAM_RULES
 
 
@@ -150,3 +152,21 @@ def test_compiled_fsdp_step_holds_about_an_eighth_of_the_state_per_device():
     single = step_argument_bytes(single_mesh())
     fsdp = step_argument_bytes(mesh_of((("data", 1), ("fsdp", 8), ("tensor", 1))))
     assert single / 8 * 0.99 < fsdp < single * (1 / 8 + 0.05), (single, fsdp)
+
+
+@pytest.mark.slow  # compiles an FSDP step on 8 devices
+def test_fsdp_gathers_one_layer_at_a_time():
+    """Inside the scan over the stacked layers each step all-gathers its own layer's weights: the compiled
+    FSDP step gathers [D, H, E] query kernels, never the stacked [L, D, H, E] one."""
+    mesh = mesh_of((("data", 1), ("fsdp", 8), ("tensor", 1)))
+    _, shardings, steps, tx, rules = setup(mesh)
+    state = init_train_state(TINY, tx, shardings, jax.random.key(0))
+    assert state.params["layers"]["attn"]["q_kernel"].sharding.spec == P(None, "fsdp", "tensor", None)
+    batch = sharding.place_batch(sharding.device_layout(sft_batch(0)), mesh, rules)
+    hlo = steps.sft.lower(state, batch, SCALARS).compile().as_text()
+    gathers = [line for line in hlo.splitlines() if " all-gather(" in line or "all-gather-start(" in line]
+    d, h, e = TINY.hidden_size, TINY.num_heads, TINY.head_dim
+    layer = re.compile(rf"= f32\[(1,)?{d},{h},{e}\]")  # one layer's slice, before or after the squeeze
+    stacked = f"f32[{TINY.num_layers},{d},{h},{e}]"
+    assert any(layer.search(line) and "while/body" in line for line in gathers), gathers
+    assert not any(stacked in line for line in gathers), gathers

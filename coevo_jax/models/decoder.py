@@ -9,8 +9,14 @@ both work, and padded keys are never attended. Two entry points share the layers
 * `forward_cached` / `hidden_states_cached`: append a chunk of tokens to a `KVCache` (prefill,
   incremental prefill of new observations, one-token decoding) with static shapes.
 
+The blocks are one `Block` module whose parameters are the layers' stacked on a leading 'layers' axis
+(`Decoder.layers`: `layers.attn.q_kernel` is [L, D, H, E]); both entry points run them under one
+`lax.scan`, a layer per step, so a program holds one block's code whatever the depth, FSDP gathers one
+layer's weights at a time (inside the step), and `remat` recomputes one layer at a time.
+
 With `ModelConfig.lora_rank` > 0 the target projections carry LoRA adapters (`coevo_jax.models.lora`);
-the full-sequence entry points take a `dropout_key` for the adapters' dropout (train steps only).
+the full-sequence entry points take a `dropout_key` for the adapters' dropout (train steps only; layer i
+draws with `fold_in(dropout_key, i)`).
 
 Jitted code holds the decoder as a static `GraphDef` plus a pure dict of parameters: `abstract_model`
 gives the graphdef (and abstract state) without allocating anything, and `bind` merges a graphdef with
@@ -19,7 +25,7 @@ parameters inside a traced function (train steps, reference pass, sampler).
 Parameters are stored in `param_dtype` and cast to the compute `dtype` on use. Every parameter carries
 logical axis names; activations are constrained by logical names (see `layers.constrain`).
 
-Shape legend: B batch, T length, S cache slots, D hidden_size, F intermediate_size, V vocab_size,
+Shape legend: L layers, B batch, T length, S cache slots, D hidden_size, F intermediate_size, V vocab_size,
 H query heads, K key/value heads, E head_dim.
 """
 
@@ -30,11 +36,12 @@ import functools
 import jax
 import jax.numpy as jnp
 from flax import nnx, traverse_util
+from jax.sharding import NamedSharding, PartitionSpec
 
 from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.dense import dense
-from coevo_jax.models.kv_cache import KVCache, place_chunk, write_chunk
+from coevo_jax.models.kv_cache import KVCache, layer_slots, place_chunk, write_chunk
 from coevo_jax.models.layers import (
     RMSNorm,
     apply_rope,
@@ -44,6 +51,7 @@ from coevo_jax.models.layers import (
     constrain,
     param,
     rope_inverse_frequencies,
+    stack_layers,
 )
 from coevo_jax.models.lora import add_adapters
 from coevo_jax.models.token_shift import shift_cached, shift_full, write_ids
@@ -96,10 +104,11 @@ class Attention(nnx.Module):
         )
 
     def __call__(self, x_BxTxD, positions_BxT, mask, layer_cache=None, slots_BxT=None, dropout_key=None):
-        """Returns (output [B,T,D], updated (keys, values) of this layer or None without a cache).
+        """Returns (output [B,T,D], the cache's (keys, values) with this layer's chunk written, or None).
 
         `mask` is the key mask [B, T] of a full causal pass (no cache), or with a cache the
-        [B, T, S] matrix of the slots each query may attend.
+        [B, T, S] matrix of the slots each query may attend; `layer_cache` is (keys, values, layer): the
+        whole cache's [L, B, K, S, E] arrays and the index of this layer in them.
         """
         q_BxTxHxE = self._project(
             x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT, self.q_lora, dropout_key
@@ -112,10 +121,12 @@ class Attention(nnx.Module):
         k_BxKxTxE, v_BxKxTxE = k_BxTxKxE.transpose(0, 2, 1, 3), v_BxTxKxE.transpose(0, 2, 1, 3)
         new_cache = None
         if layer_cache is not None:
-            k_BxKxSxE = write_chunk(layer_cache[0], slots_BxT, k_BxKxTxE)
-            v_BxKxSxE = write_chunk(layer_cache[1], slots_BxT, v_BxKxTxE)
-            new_cache = (k_BxKxSxE, v_BxKxSxE)
-            k_BxKxTxE, v_BxKxTxE = k_BxKxSxE.astype(self.dtype), v_BxKxSxE.astype(self.dtype)
+            keys_LxBxKxSxE, values_LxBxKxSxE, layer = layer_cache
+            keys_LxBxKxSxE = write_chunk(keys_LxBxKxSxE, layer, slots_BxT, k_BxKxTxE)
+            values_LxBxKxSxE = write_chunk(values_LxBxKxSxE, layer, slots_BxT, v_BxKxTxE)
+            new_cache = (keys_LxBxKxSxE, values_LxBxKxSxE)
+            k_BxKxTxE = layer_slots(keys_LxBxKxSxE, layer).astype(self.dtype)
+            v_BxKxTxE = layer_slots(values_LxBxKxSxE, layer).astype(self.dtype)
         if layer_cache is None:
             out_BxTxHxE = causal_attention(
                 q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **_causal_plan(mask.shape[0])
@@ -197,13 +208,6 @@ def _causal_plan(batch: int) -> dict:
     return {"block_size": 64, "row_chunks": batch // shards if batch % shards == 0 else 1}
 
 
-def _run_block(block: Block, *args):
-    return block(*args)
-
-
-_run_block_remat = nnx.remat(_run_block)
-
-
 class Decoder(nnx.Module):
     """Decoder-only language model; see the module docstring for the entry points."""
 
@@ -211,7 +215,7 @@ class Decoder(nnx.Module):
         self.config = cfg
         d, v, pd = cfg.hidden_size, cfg.vocab_size, cfg.param_dtype
         self.embed = param(_normal(rngs, (v, d), pd), ("vocab", "embed"))
-        self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        blocks = [Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)]
         self.final_norm = RMSNorm(d, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd)
         self.lm_head = (
             None if cfg.tie_word_embeddings else param(_normal(rngs, (d, v), pd), ("embed", "vocab"))
@@ -219,7 +223,9 @@ class Decoder(nnx.Module):
         shift = cfg.token_shift
         self.token_shift = param(jnp.zeros((shift, d), pd), ("norm", "embed")) if shift else None
         if cfg.lora_rank:
-            add_adapters(self, rngs)
+            add_adapters(blocks, cfg, rngs)  # after every base weight: a LoRA decoder has the base's weights
+        self.layers = stack_layers(blocks)
+        self.layer_shardings = None  # set by `bind`: how the scan gathers each layer's weights for compute
 
     @property
     def unembedding(self) -> jax.Array:
@@ -238,18 +244,39 @@ class Decoder(nnx.Module):
         return constrain(logits, ("batch", "length", "vocab"))
 
     def _layers(self, x_BxTxD, positions_BxT, mask, cache: KVCache | None, slots_BxT, dropout_key=None):
-        run = _run_block_remat if self.config.remat else _run_block
-        keys, values = [], []
-        for i, block in enumerate(self.layers):
-            layer_cache = None if cache is None else (cache.keys[i], cache.values[i])
-            layer_key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
-            x_BxTxD, new_layer_cache = run(
-                block, x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT, layer_key
-            )
-            if new_layer_cache is not None:
-                keys.append(new_layer_cache[0])
-                values.append(new_layer_cache[1])
-        return self.final_norm(x_BxTxD), (tuple(keys), tuple(values))
+        """The blocks, one layer of the stacked weights per step of a `lax.scan`, then the final norm.
+
+        Returns (hidden states [B, T, D], the cache's (keys, values) with the chunk written, or None).
+        Each step gathers its own layer's weights (`layer_shardings`), so FSDP holds one layer gathered at a
+        time; with `remat` a step keeps only its input for the backward pass and recomputes the rest.
+        """
+        graphdef, stacked = nnx.split(self.layers)
+        gather = self._layer_for_compute
+
+        def step(carry, layer_and_params):
+            x_BxTxD, kv = carry
+            layer, params = layer_and_params
+            block = nnx.merge(graphdef, gather(params))
+            layer_cache = None if kv is None else (*kv, layer)
+            layer_key = None if dropout_key is None else jax.random.fold_in(dropout_key, layer)
+            x_BxTxD, kv = block(x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT, layer_key)
+            return (x_BxTxD, kv), None
+
+        if self.config.remat:
+            step = jax.checkpoint(step, prevent_cse=False)
+        kv = None if cache is None else (cache.keys, cache.values)
+        layers = jnp.arange(self.config.num_layers, dtype=jnp.int32)
+        (x_BxTxD, kv), _ = jax.lax.scan(step, (x_BxTxD, kv), (layers, nnx.to_pure_dict(stacked)))
+        return self.final_norm(x_BxTxD), kv
+
+    def _layer_for_compute(self, params: dict) -> dict:
+        """One layer's weights as its block uses them: cast to the compute dtype and gathered over the FSDP
+        axes (`layer_shardings`, set by `bind`), or as stored without them."""
+        if self.layer_shardings is None:
+            return params
+        dtype = self.config.dtype
+        cast = jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+        return jax.lax.with_sharding_constraint(cast, self.layer_shardings)
 
     def hidden_states_from_embeddings(
         self, x_BxTxD: jax.Array, attention_mask_BxT=None, dropout_key=None
@@ -351,16 +378,33 @@ def combine_trainable(trainable: dict, frozen: dict) -> dict:
     )
 
 
-def bind(graphdef: nnx.GraphDef, params: dict, compute_shardings=None) -> Decoder:
+def bind(graphdef: nnx.GraphDef, params: dict, compute_shardings=None, *, per_layer: bool = True) -> Decoder:
     """The decoder with these parameters (cheap: used inside traced steps).
 
-    With `compute_shardings` (see `sharding.compute_shardings`) the parameters are first cast to the
-    compute dtype - as the decoder casts them on use anyway - and all-gathered over the storage-only FSDP
-    axes: weights are stored sharded, gathered in the compute dtype for use, and the transpose
-    reduce-scatters their gradients back (ZeRO-3).
+    With `compute_shardings` (see `sharding.compute_shardings`) the parameters are cast to the compute
+    dtype - as the decoder casts them on use anyway - and all-gathered over the storage-only FSDP axes:
+    weights are stored sharded, gathered in the compute dtype for use, and the transpose reduce-scatters
+    their gradients back (ZeRO-3). The embedding, final norm and output projection are gathered here; the
+    stacked layers, with `per_layer` (the train steps), one at a time inside the scan over them
+    (`Decoder.layer_shardings`), else here too: the sampler's decode loop uses the weights once per token,
+    and gathering them once per call beats gathering every layer at every token.
     """
     if compute_shardings is None:
         return nnx.merge(graphdef, params)
     dtype = nnx.merge(graphdef, params).config.dtype
-    cast = jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
-    return nnx.merge(graphdef, jax.lax.with_sharding_constraint(cast, compute_shardings))
+    outer = {name: value for name, value in params.items() if name != "layers" or not per_layer}
+    cast = jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, outer)
+    outer_shardings = {name: compute_shardings[name] for name in outer}
+    gathered = jax.lax.with_sharding_constraint(cast, outer_shardings)
+    if not per_layer:
+        return nnx.merge(graphdef, gathered)
+    model = nnx.merge(graphdef, {**gathered, "layers": params["layers"]})
+    model.layer_shardings = jax.tree.map(_one_layer, compute_shardings["layers"])
+    return model
+
+
+def _one_layer(stacked: NamedSharding) -> NamedSharding:
+    """The sharding of one layer's slice of a stacked weight (its leading 'layers' axis dropped)."""
+    if stacked.spec and stacked.spec[0] is not None:
+        raise ValueError(f"the stacked layers axis must not be sharded for compute, got {stacked.spec}")
+    return NamedSharding(stacked.mesh, PartitionSpec(*stacked.spec[1:]))

@@ -1,12 +1,13 @@
 """Mapping between Hugging Face tensor names/layouts and the decoder's NNX parameters.
 
-`tensor_mappings(cfg)` lists, for every parameter, its HF name (e.g. `model.layers.0.self_attn.q_proj.weight`),
-its path in `nnx.state(Decoder)` and the two pure layout conversions (torch `[out, in]` <-> our
-`[in, heads, head_dim]` etc.). `decoder_from_hf_tensors` builds a model from any `TensorSource`
-(safetensors files, a GGUF file's dequantised tensors, ...) one tensor at a time: the model is created
-abstractly, each tensor is read, checked, converted, cast and handed to a `place` callback (default:
-`jax.device_put`; a sharded loader passes one that puts it straight into its sharding), so the full model
-never exists twice.
+`tensor_mappings(cfg)` lists, for every HF tensor, its name (e.g. `model.layers.0.self_attn.q_proj.weight`),
+its path in `nnx.state(Decoder)` - with the layer's index on the leading axis of the stacked layer weights
+(`("layers", "attn", "q_kernel")`, layer 0) - and the two pure layout conversions (torch `[out, in]` <->
+our `[in, heads, head_dim]` etc.). `decoder_from_hf_tensors` builds a model from any `TensorSource`
+(safetensors files, a GGUF file's dequantised tensors, ...) one parameter at a time: the model is created
+abstractly, each tensor is read, checked, converted and cast (a stacked weight's L tensors into one host
+array), and each parameter is handed to a `place` callback (default: `jax.device_put`; a sharded loader
+passes one that puts it straight into its sharding), so the full model never exists twice.
 """
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ class CheckpointError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class TensorMapping:
-    """One parameter: HF name and shape, NNX state path, and layout conversions in both directions."""
+    """One HF tensor: its name and shape, the NNX state path of its parameter (and its index on the
+    stacked layers' leading axis, or None), and layout conversions in both directions."""
 
     hf_name: str
-    path: tuple[str | int, ...]
+    path: tuple[str, ...]
     hf_shape: tuple[int, ...]
     to_nnx: Callable[[np.ndarray], np.ndarray]
     to_hf: Callable[[np.ndarray], np.ndarray]
+    layer: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +90,7 @@ def tensor_mappings(cfg: ModelConfig) -> list[TensorMapping]:
 
     out = [TensorMapping("model.embed_tokens.weight", ("embed",), (v, d), _identity, _identity)]
     for i in range(cfg.num_layers):
-        hf, ours = f"model.layers.{i}.", ("layers", i)
+        hf = f"model.layers.{i}."
         entries: list[tuple[str, tuple, dict[str, Any]]] = [
             ("input_layernorm.weight", ("input_norm", "scale"), vector(d)),
             ("self_attn.q_proj.weight", ("attn", "q_kernel"), in_proj(h)),
@@ -126,7 +129,7 @@ def tensor_mappings(cfg: ModelConfig) -> list[TensorMapping]:
                 ("mlp.up_proj.bias", ("mlp", "up_bias"), vector(f)),
                 ("mlp.down_proj.bias", ("mlp", "down_bias"), vector(d)),
             ]
-        out += [TensorMapping(hf + name, ours + path, **conv) for name, path, conv in entries]
+        out += [TensorMapping(hf + name, ("layers", *path), **conv, layer=i) for name, path, conv in entries]
     out.append(TensorMapping("model.norm.weight", ("final_norm", "scale"), (d,), _identity, _identity))
     if not cfg.tie_word_embeddings:
         out.append(TensorMapping("lm_head.weight", ("lm_head",), (v, d), _transpose, _transpose))
@@ -179,19 +182,36 @@ def decoder_from_hf_tensors(cfg: ModelConfig, source: TensorSource, place: Place
 def read_tensors_into(
     variables: dict, mappings: list[TensorMapping], source: TensorSource, place: PlaceFn, param_dtype
 ) -> None:
-    """Reads each mapping's tensor from `source`, one at a time, checks its shape, converts it to our layout
-    and `param_dtype`, and sets the abstract variable at `mapping.path` to its placed device array."""
+    """Reads the mappings' tensors from `source`, checks their shapes, converts them to our layout and
+    `param_dtype`, and sets each abstract variable (at a mapping's `path`) to its placed device array.
+
+    One parameter is on the host at a time: a stacked layer weight is filled layer by layer into one host
+    array and placed whole (its `place` name is the HF name with the layer index as `*`)."""
+    by_path: dict[tuple, list[TensorMapping]] = {}
     for mapping in mappings:
-        tensor = source.read(mapping.hf_name)
-        if tuple(tensor.shape) != mapping.hf_shape:
-            raise CheckpointError(
-                f"{source.location(mapping.hf_name)}: tensor {mapping.hf_name!r} has shape "
-                f"{tuple(tensor.shape)}, expected {mapping.hf_shape} for this config"
-            )
-        variable = variables[mapping.path]
-        value = np.ascontiguousarray(mapping.to_nnx(np.asarray(tensor)).astype(param_dtype))
-        del tensor
-        variable.set_value(place(mapping.hf_name, value, tuple(variable.get_metadata()["out_sharding"])))
+        by_path.setdefault(mapping.path, []).append(mapping)
+    for path, group in by_path.items():
+        variable = variables[path]
+        if group[0].layer is None:
+            (mapping,) = group
+            value, name = _read_converted(mapping, source, param_dtype), mapping.hf_name
+        else:
+            value = np.empty(variable.get_value().shape, param_dtype)
+            for mapping in group:
+                value[mapping.layer] = _read_converted(mapping, source, param_dtype)
+            name = group[0].hf_name.replace(f".{group[0].layer}.", ".*.", 1)
+        variable.set_value(place(name, value, tuple(variable.get_metadata()["out_sharding"])))
+
+
+def _read_converted(mapping: TensorMapping, source: TensorSource, param_dtype) -> np.ndarray:
+    """One tensor read from `source`, its shape checked, in our layout and `param_dtype`."""
+    tensor = source.read(mapping.hf_name)
+    if tuple(tensor.shape) != mapping.hf_shape:
+        raise CheckpointError(
+            f"{source.location(mapping.hf_name)}: tensor {mapping.hf_name!r} has shape "
+            f"{tuple(tensor.shape)}, expected {mapping.hf_shape} for this config"
+        )
+    return np.ascontiguousarray(mapping.to_nnx(np.asarray(tensor)).astype(param_dtype))
 
 
 def hf_tensors_from_decoder(model: Decoder) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
@@ -201,11 +221,15 @@ def hf_tensors_from_decoder(model: Decoder) -> Iterator[tuple[str, Callable[[], 
     """
     variables = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
     for mapping in tensor_mappings(model.config):
-        variable = variables[mapping.path]
-        yield mapping.hf_name, host_fetcher(variable, mapping.to_hf)
+        yield mapping.hf_name, host_fetcher(variables[mapping.path], mapping)
 
 
-def host_fetcher(
-    variable: nnx.Variable, to_hf: Callable[[np.ndarray], np.ndarray]
-) -> Callable[[], np.ndarray]:
-    return lambda: np.ascontiguousarray(to_hf(np.asarray(jax.device_get(variable.get_value()))))
+def host_fetcher(variable: nnx.Variable, mapping: TensorMapping) -> Callable[[], np.ndarray]:
+    """A thunk fetching `mapping`'s tensor (its layer's slice of a stacked weight) in the HF layout."""
+
+    def fetch() -> np.ndarray:
+        value = variable.get_value()
+        value = value if mapping.layer is None else value[mapping.layer]
+        return np.ascontiguousarray(mapping.to_hf(np.asarray(jax.device_get(value))))
+
+    return fetch

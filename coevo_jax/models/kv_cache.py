@@ -9,8 +9,10 @@ compiles once per (batch, chunk length, capacity).
 The caller must keep `lengths + tokens appended <= capacity`; writes beyond capacity are dropped silently
 (nothing can raise inside `jit`), so check `cache.lengths` against `cache.capacity` between steps.
 
-Keys and values are stored [B, K, S, E] (heads before slots): attention over the cache then contracts
-without transposing it, which on the CPU made decoding ~4x faster than a [B, S, K, E] layout.
+Keys and values are stored [L, B, K, S, E]: one array for all layers, which the decoder's scan over its
+stacked layers updates in place (layer l's chunk is scattered into `keys[l]`); heads before slots, so
+that attention over the cache contracts without transposing it, which on the CPU made decoding ~4x faster
+than a [B, S, K, E] layout.
 
 A step whose rows all end within the first W slots can run on `leading_slots(cache, W)` and write the
 result back with `with_leading_slots`: attention then reads W slots instead of S (the sampler's window).
@@ -29,17 +31,17 @@ from coevo_jax.models.config import ModelConfig
 
 @struct.dataclass
 class KVCache:
-    """Per-layer keys/values (RoPE already applied) and the number of filled slots per row."""
+    """Keys/values of every layer (RoPE already applied) and the number of filled slots per row."""
 
-    keys: tuple[jax.Array, ...]  # L x [B, K, S, E]
-    values: tuple[jax.Array, ...]  # L x [B, K, S, E]
+    keys: jax.Array  # [L, B, K, S, E]
+    values: jax.Array  # [L, B, K, S, E]
     lengths_B: jax.Array  # int32 [B]: filled slots == next RoPE position
     token_ids_BxS: jax.Array | None = None  # the token in each slot, for models with a token shift
 
     @property
     def capacity(self) -> int:
         """Number of slots S per row."""
-        return self.keys[0].shape[2]
+        return self.keys.shape[3]
 
     @property
     def slot_valid_BxS(self) -> jax.Array:
@@ -50,10 +52,9 @@ class KVCache:
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
     """An empty cache of `max_len` slots per row; `dtype` defaults to the compute dtype."""
     dtype = cfg.dtype if dtype is None else dtype
-    shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
-    # Distinct buffers per layer and for keys/values, so the cache can be donated to a jitted step.
-    keys = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-    values = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+    shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+    # Distinct buffers for keys and values, so the cache can be donated to a jitted step.
+    keys, values = jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
     ids = jnp.zeros((batch, max_len), jnp.int32) if cfg.token_shift else None
     return KVCache(keys=keys, values=values, lengths_B=jnp.zeros((batch,), jnp.int32), token_ids_BxS=ids)
 
@@ -64,8 +65,8 @@ def leading_slots(cache: KVCache, size: int) -> KVCache:
         return cache
     ids = None if cache.token_ids_BxS is None else cache.token_ids_BxS[:, :size]
     return KVCache(
-        keys=tuple(k[:, :, :size] for k in cache.keys),
-        values=tuple(v[:, :, :size] for v in cache.values),
+        keys=cache.keys[:, :, :, :size],
+        values=cache.values[:, :, :, :size],
         lengths_B=cache.lengths_B,
         token_ids_BxS=ids,
     )
@@ -80,8 +81,8 @@ def with_leading_slots(cache: KVCache, window: KVCache) -> KVCache:
     if ids is not None:
         ids = ids.at[:, :size].set(window.token_ids_BxS)
     return KVCache(
-        keys=tuple(k.at[:, :, :size].set(w) for k, w in zip(cache.keys, window.keys, strict=True)),
-        values=tuple(v.at[:, :, :size].set(w) for v, w in zip(cache.values, window.values, strict=True)),
+        keys=cache.keys.at[:, :, :, :size].set(window.keys),
+        values=cache.values.at[:, :, :, :size].set(window.values),
         lengths_B=window.lengths_B,
         token_ids_BxS=ids,
     )
@@ -111,11 +112,18 @@ def place_chunk(lengths_B: jax.Array, mask_BxT: jax.Array, capacity: int) -> Chu
     return ChunkPlacement(positions_BxT, slots_BxT, allowed_BxTxS, new_lengths_B)
 
 
-def write_chunk(cache_BxKxSxE: jax.Array, slots_BxT: jax.Array, new_BxKxTxE: jax.Array) -> jax.Array:
-    """Scatters the chunk's keys (or values) into their slots; out-of-range slots are dropped."""
-    batch, heads = cache_BxKxSxE.shape[:2]
+def write_chunk(
+    cache_LxBxKxSxE: jax.Array, layer: jax.Array, slots_BxT: jax.Array, new_BxKxTxE: jax.Array
+) -> jax.Array:
+    """Scatters layer `layer`'s chunk of keys (or values) into their slots; out-of-range slots are dropped."""
+    batch, heads = cache_LxBxKxSxE.shape[1:3]
     rows_Bx1x1 = jnp.arange(batch)[:, None, None]
     heads_1xKx1 = jnp.arange(heads)[None, :, None]
-    return cache_BxKxSxE.at[rows_Bx1x1, heads_1xKx1, slots_BxT[:, None, :]].set(
-        new_BxKxTxE.astype(cache_BxKxSxE.dtype), mode="drop"
+    return cache_LxBxKxSxE.at[layer, rows_Bx1x1, heads_1xKx1, slots_BxT[:, None, :]].set(
+        new_BxKxTxE.astype(cache_LxBxKxSxE.dtype), mode="drop"
     )
+
+
+def layer_slots(cache_LxBxKxSxE: jax.Array, layer: jax.Array) -> jax.Array:
+    """Layer `layer`'s keys (or values) [B, K, S, E]."""
+    return jax.lax.dynamic_index_in_dim(cache_LxBxKxSxE, layer, axis=0, keepdims=False)

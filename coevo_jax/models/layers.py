@@ -29,6 +29,23 @@ def param(value: jax.Array, logical_axes: tuple[str, ...]) -> nnx.Param:
     return nnx.Param(value, eager_sharding=False, out_sharding=logical_axes)
 
 
+LAYERS_AXIS = "layers"  # logical name of the leading axis of stacked layer weights (never sharded)
+
+
+def stack_layers(modules: list[nnx.Module]) -> nnx.Module:
+    """One module like `modules[0]` whose every variable holds the `modules`' values stacked on a new
+    leading axis (logical name `LAYERS_AXIS`): the decoder's blocks as one module, scanned over layers."""
+    graphdef, *states = (nnx.split(modules[0])[0], *(nnx.state(m) for m in modules))
+
+    def stack(*variables: nnx.Variable) -> nnx.Variable:
+        axes = variables[0].get_metadata()["out_sharding"]
+        value = jnp.stack([v.get_value() for v in variables])
+        return variables[0].replace(value, out_sharding=(LAYERS_AXIS, *axes))
+
+    stacked = jax.tree.map(stack, *states, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return nnx.merge(graphdef, stacked)
+
+
 def constrain(x: jax.Array, logical_axes: tuple[str | None, ...]) -> jax.Array:
     """Sharding constraint by logical axis names; identity when no rules or no mesh are active."""
     rules = flax_spmd.get_logical_axis_rules()

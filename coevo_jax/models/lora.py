@@ -17,7 +17,7 @@ the same key has exactly the base decoder's weights. `merged_params` folds train
 weights (W + alpha / r * A B) for a decoder of `cfg.without_lora()`: sampling without the adapters' extra
 matmuls, and the merged Hugging Face export.
 
-Shape legend: M the leading axes of an input, K the (flattened) input features, N the (flattened) output
+Shape legend: L layers, M the leading axes of an input, K the (flattened) input features, N the (flattened) output
 features, r the rank.
 """
 
@@ -84,10 +84,9 @@ class LoRA(nnx.Module):
         return dense(dense(x_MxK, a_KxR), b_RxN) * jnp.asarray(self.scale, x_MxK.dtype)
 
 
-def add_adapters(decoder, rngs: nnx.Rngs) -> None:
-    """Gives every target projection of every layer of `decoder` a fresh adapter (after its base weights)."""
-    cfg: ModelConfig = decoder.config
-    for block in decoder.layers:
+def add_adapters(blocks, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
+    """Gives every target projection of each of the decoder's `blocks` a fresh adapter, layer by layer."""
+    for block in blocks:
         for salt, target in enumerate(LORA_TARGETS):
             if target in cfg.lora_targets:
                 part, kernel, input_axes = SITES[target]
@@ -104,16 +103,13 @@ def merged_params(params: dict, cfg: ModelConfig) -> dict:
     """
     if not cfg.lora_rank:
         return params
-    layers = {}
-    for index, layer in params["layers"].items():
-        layer = {part: dict(values) for part, values in layer.items()}
-        for target in cfg.lora_targets:
-            part, kernel, _ = SITES[target]
-            adapter = layer[part].pop(adapter_name(target))
-            w = layer[part][kernel]
-            a_KxR = adapter["a"].reshape(-1, cfg.lora_rank).astype(jnp.float32)
-            b_RxN = adapter["b"].reshape(cfg.lora_rank, -1).astype(jnp.float32)
-            delta = (cfg.lora_scale * (a_KxR @ b_RxN)).reshape(w.shape)
-            layer[part][kernel] = (w.astype(jnp.float32) + delta).astype(w.dtype)
-        layers[index] = layer
+    layers = {part: dict(values) for part, values in params["layers"].items()}  # stacked: [L, ...] each
+    for target in cfg.lora_targets:
+        part, kernel, _ = SITES[target]
+        adapter = layers[part].pop(adapter_name(target))
+        w = layers[part][kernel]
+        a_LxKxR = adapter["a"].reshape(cfg.num_layers, -1, cfg.lora_rank).astype(jnp.float32)
+        b_LxRxN = adapter["b"].reshape(cfg.num_layers, cfg.lora_rank, -1).astype(jnp.float32)
+        delta = (cfg.lora_scale * jnp.einsum("lkr,lrn->lkn", a_LxKxR, b_LxRxN)).reshape(w.shape)
+        layers[part][kernel] = (w.astype(jnp.float32) + delta).astype(w.dtype)
     return {**params, "layers": layers}

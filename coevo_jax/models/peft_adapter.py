@@ -116,16 +116,17 @@ def lora_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 
 def adapter_mappings(cfg: ModelConfig) -> list[TensorMapping]:
-    """Every adapter matrix of a `Decoder(cfg)` with its PEFT name, PEFT shape and layout conversions."""
+    """Every adapter matrix of a `Decoder(cfg)` with its PEFT name, PEFT shape and layout conversions (its
+    path is the stacked adapter weight's, `layer` its index on the leading axis)."""
     _, abstract = nnx.split(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0))))
     shapes = {path: v.get_value().shape for path, v in nnx.to_flat_state(abstract.filter(nnx.LoRAParam))}
     rank, out = cfg.lora_rank, []
     for i in range(cfg.num_layers):
         for target in cfg.lora_targets:
             part = SITES[target][0]
-            path = ("layers", i, part, adapter_name(target))
+            path = ("layers", part, adapter_name(target))
             name = f"{_PREFIX}model.layers.{i}.{MODULES[target]}"
-            a_in, b_out = shapes[(*path, "a")][:-1], shapes[(*path, "b")][1:]
+            a_in, b_out = shapes[(*path, "a")][1:-1], shapes[(*path, "b")][2:]
             out.append(
                 TensorMapping(
                     f"{name}.lora_A.weight",
@@ -133,6 +134,7 @@ def adapter_mappings(cfg: ModelConfig) -> list[TensorMapping]:
                     (rank, math.prod(a_in)),
                     to_nnx=lambda w, a_in=a_in: w.T.reshape(*a_in, rank),
                     to_hf=lambda a: a.reshape(-1, rank).T,
+                    layer=i,
                 )
             )
             out.append(
@@ -142,6 +144,7 @@ def adapter_mappings(cfg: ModelConfig) -> list[TensorMapping]:
                     (math.prod(b_out), rank),
                     to_nnx=lambda w, b_out=b_out: w.T.reshape(rank, *b_out),
                     to_hf=lambda b: b.reshape(rank, -1).T,
+                    layer=i,
                 )
             )
     return out
@@ -182,7 +185,7 @@ def adapter_tensors(model: Decoder):
     variables = dict(nnx.to_flat_state(nnx.state(model, nnx.LoRAParam)))
     for mapping in adapter_mappings(model.config):
         variable = variables[mapping.path]
-        yield mapping.hf_name, mapping.hf_shape, host_fetcher(variable, mapping.to_hf)
+        yield mapping.hf_name, mapping.hf_shape, host_fetcher(variable, mapping)
 
 
 def adapter_files(path: str) -> tuple[str, str]:

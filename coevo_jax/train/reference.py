@@ -32,8 +32,7 @@ def reference_logprobs(
     params = jax.lax.stop_gradient(params)
 
     def micro_batch_logprobs(micro_batch):
-        # Bound inside the mapped body, as the train steps do: a model bound outside would be mutated
-        # from the map's trace level by `nnx.remat`'s split/merge (a TraceContextError with remat).
+        # Bound inside the mapped body, as the train steps do (its parameters come in as traced values).
         model = bind(graphdef, params, compute_shardings)
         return pair_logprobs(model, micro_batch, cfg.logprob_chunk_size)[:2]
 
