@@ -8,6 +8,9 @@ the one that saved.
 
 Under LoRA the state holds only the adapters, so a checkpoint records which frozen base they belong to
 (`base_fingerprint`, in the checkpoint's Orbax metadata), and restoring onto another base is an error.
+Every checkpoint also records its parameter layout (`PARAM_LAYOUT`: the decoder's layers stacked on a
+leading axis), so one written before the layers were stacked (per-layer `layers/0/...`) fails with an error
+that says so instead of a tree mismatch deep in Orbax.
 """
 
 from __future__ import annotations
@@ -29,11 +32,17 @@ from coevo_jax.train.state import TrainState
 STATE_ITEM = "state"
 POSITION_ITEM = "position"
 BASE_METADATA_KEY = "lora_base"  # custom metadata of a checkpoint of adapters: the base's fingerprint
+LAYOUT_METADATA_KEY = "param_layout"  # custom metadata of every checkpoint: how the parameters are arranged
+PARAM_LAYOUT = "stacked_layers"  # the decoder's blocks as one [L, ...] array per weight (models.decoder)
 _SAMPLES_PER_TENSOR = 64
 
 
 class BaseMismatchError(ValueError):
     """Adapters were about to be restored onto a base other than the one they were trained on."""
+
+
+class LayoutMismatchError(ValueError):
+    """A checkpoint's parameters are arranged otherwise than this version's decoder (`PARAM_LAYOUT`)."""
 
 
 def base_fingerprint(model_cfg: ModelConfig, base: dict) -> str:
@@ -56,13 +65,22 @@ def _spaced_elements(x: jax.Array) -> jax.Array:
     return x.reshape(-1)[positions]
 
 
-def base_metadata(base: str | None) -> dict | None:
-    """The Orbax custom metadata recording `base` (a `base_fingerprint`), or None without LoRA."""
-    return None if base is None else {BASE_METADATA_KEY: base}
+def checkpoint_metadata(base: str | None) -> dict:
+    """The Orbax custom metadata of a checkpoint: the parameter layout and, under LoRA, `base` (a
+    `base_fingerprint`)."""
+    return {LAYOUT_METADATA_KEY: PARAM_LAYOUT, **({} if base is None else {BASE_METADATA_KEY: base})}
 
 
-def check_base(metadata: dict | None, base: str | None, where: str) -> None:
-    """Raises `BaseMismatchError` unless checkpoint `where` (its custom `metadata`) belongs to `base`."""
+def check_metadata(metadata: dict | None, base: str | None, where: str) -> None:
+    """Raises `LayoutMismatchError` unless checkpoint `where` (its custom `metadata`) holds this version's
+    parameter layout, and `BaseMismatchError` unless it belongs to `base`."""
+    layout = (metadata or {}).get(LAYOUT_METADATA_KEY)
+    if layout != PARAM_LAYOUT:
+        raise LayoutMismatchError(
+            f"{where}: parameters saved in layout {layout!r} (None: per-layer 'layers/0/...', written before "
+            f"the decoder's layers were stacked); this version reads only {PARAM_LAYOUT!r}: rerun that stage "
+            "in a fresh workdir"
+        )
     saved = (metadata or {}).get(BASE_METADATA_KEY)
     if saved != base:
         raise BaseMismatchError(
@@ -120,7 +138,7 @@ def save(
             }
         ),
         force=force,
-        custom_metadata=base_metadata(base),
+        custom_metadata=checkpoint_metadata(base),
     )
 
 
@@ -134,12 +152,13 @@ def restore(
     """(state placed in `target`'s shardings, loop position) of a checkpoint (default: the latest).
 
     `base`: the fingerprint of the LoRA base the state must belong to (None: full fine-tuning); a
-    checkpoint saved for another base raises `BaseMismatchError`."""
+    checkpoint saved for another base raises `BaseMismatchError`, one in another parameter layout
+    `LayoutMismatchError`."""
     checkpoint_id = manager.latest_step() if checkpoint_id is None else checkpoint_id
     if checkpoint_id is None:
         raise FileNotFoundError(f"{manager.directory}: no checkpoint to restore")
     where = f"{manager.directory}/{checkpoint_id}"
-    check_base(manager.metadata(checkpoint_id).custom_metadata, base, where)
+    check_metadata(manager.metadata(checkpoint_id).custom_metadata, base, where)
     restored = manager.restore(
         checkpoint_id,
         args=ocp.args.Composite(

@@ -53,6 +53,41 @@ def test_restore_without_checkpoint_is_an_error(tmp_path):
         checkpoints.restore(checkpoints.make_manager(tmp_path / "empty"), abstract_state(TINY, tx, shardings))
 
 
+def test_a_checkpoint_without_the_stacked_layout_is_refused_naming_it(tmp_path):
+    """A checkpoint written before the layers were stacked has no layout in its metadata: refused by name."""
+    import orbax.checkpoint as ocp
+
+    from coevo_jax.experiment.store import RunStore
+
+    _, shardings, _, tx, _ = setup(mesh_of(MESHES["data8"]))
+    state = fresh_state(shardings)
+    manager = checkpoints.make_manager(tmp_path / "ckpt")
+    position = checkpoints.LoopPosition(epoch=0, phase="train/sft_target", step=1)
+    args = ocp.args.Composite(
+        state=ocp.args.StandardSave(state), position=ocp.args.JsonSave(position.to_json())
+    )
+    manager.save(1, args=args)  # as before the layout was recorded: no custom metadata
+    manager.wait_until_finished()
+    target = abstract_state(TINY, tx, shardings)
+    with pytest.raises(checkpoints.LayoutMismatchError, match=f"{tmp_path / 'ckpt'}/1: .*'layers/0/"):
+        checkpoints.restore(checkpoints.make_manager(tmp_path / "ckpt"), target)
+
+    store = RunStore(tmp_path / "run")
+    path = store.policy_dir("sft_target")
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(path, state.params)  # an old-layout policy: no custom metadata
+    checkpointer.wait_until_finished()
+    with pytest.raises(checkpoints.LayoutMismatchError, match="sft_target"):
+        store.load_policy("sft_target", target.params)
+    store.save_policy("sft_target_new", state.params)
+    jax.tree.map(
+        np.testing.assert_array_equal,
+        to_numpy(store.load_policy("sft_target_new", target.params)),
+        to_numpy(state.params),
+    )
+    store.close()
+
+
 def test_export_then_load_gives_the_same_logits_and_sharded_load_follows_the_rules(tmp_path):
     mesh = mesh_of(MESHES["cube2"])
     graphdef, shardings, _, tx, rules = setup(mesh)

@@ -21,7 +21,7 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
-from coevo_jax.checkpoints import base_metadata, check_base
+from coevo_jax.checkpoints import check_metadata, checkpoint_metadata
 from coevo_jax.experiment import processes
 from coevo_jax.experiment.atomic import atomic_path
 
@@ -118,7 +118,7 @@ class RunStore:
             os.makedirs(os.path.dirname(path), exist_ok=True)
 
         processes.on_primary(f"save {name}", clear)
-        self._checkpointer.save(path, params, custom_metadata=base_metadata(base))
+        self._checkpointer.save(path, params, custom_metadata=checkpoint_metadata(base))
         self._checkpointer.wait_until_finished()
 
     def load_policy(self, name: str, abstract_params: dict, *, base: str | None = None) -> dict:
@@ -127,7 +127,7 @@ class RunStore:
         path = self.policy_dir(name)
         if not self.has_policy(name):
             raise FileNotFoundError(f"{path}: no saved policy {name!r}")
-        check_base(self._checkpointer.metadata(path).custom_metadata, base, path)
+        check_metadata(self._checkpointer.metadata(path).custom_metadata, base, path)
         return self._checkpointer.restore(path, abstract_params)
 
     def scratch_dir(self, name: str) -> str:
