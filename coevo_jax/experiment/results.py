@@ -119,6 +119,36 @@ def sample_stat(values: Sequence[float | None]) -> dict | None:
     return {"mean": float(np.mean(present)), "std": std, "n": int(present.size)}
 
 
+def _score_rows(runs: Sequence[Mapping], names: Sequence[str] | None) -> list[dict[str, dict]]:
+    """Each run's `score_row` per method, after checking the runs agree (`names` label them in errors)."""
+    names = list(names) if names is not None else [f"run {i}" for i in range(len(runs))]
+    _check_runs(runs, names)
+    splits = list(runs[0]["splits"])
+    return [{name: score_row(evals, splits) for name, evals in final_scores(run).items()} for run in runs]
+
+
+def _row_stats(rows: Sequence[dict], splits: Sequence[str]) -> dict:
+    """Each Table-1 cell of `rows` (one per run) as `sample_stat` over the runs."""
+    return {
+        "reward": {s: sample_stat([row["reward"][s] for row in rows]) for s in splits},
+        "success": {s: sample_stat([row["success"][s] for row in rows]) for s in splits},
+        "avg": sample_stat([row["avg"] for row in rows]),
+    }
+
+
+def _row_difference(row: dict, base: dict, splits: Sequence[str]) -> dict:
+    """Cell-wise `row - base` of two score rows (None where either cell is missing)."""
+
+    def minus(value, other):
+        return None if value is None or other is None else value - other
+
+    return {
+        "reward": {s: minus(row["reward"][s], base["reward"][s]) for s in splits},
+        "success": {s: minus(row["success"][s], base["success"][s]) for s in splits},
+        "avg": minus(row["avg"], base["avg"]),
+    }
+
+
 def aggregate_runs(runs: Sequence[Mapping], names: Sequence[str] | None = None) -> dict:
     """Table-1 cells as mean ± std over several runs (seeds) of the same env, methods and splits.
 
@@ -126,20 +156,12 @@ def aggregate_runs(runs: Sequence[Mapping], names: Sequence[str] | None = None) 
     stat}, "avg": stat}}} with stat = {"mean", "std", "n"} or None where no run has the value. `names`
     (e.g. the files) label the runs in error messages.
     """
-    names = list(names) if names is not None else [f"run {i}" for i in range(len(runs))]
-    _check_runs(runs, names)
+    rows_per_run = _score_rows(runs, names)
     splits = list(runs[0]["splits"])
-    rows_per_run = [
-        {name: score_row(evals, splits) for name, evals in final_scores(run).items()} for run in runs
-    ]
-    methods = {}
-    for method in runs[0]["methods"]:
-        rows = [per_run[method] for per_run in rows_per_run]
-        methods[method] = {
-            "reward": {s: sample_stat([row["reward"][s] for row in rows]) for s in splits},
-            "success": {s: sample_stat([row["success"][s] for row in rows]) for s in splits},
-            "avg": sample_stat([row["avg"] for row in rows]),
-        }
+    methods = {
+        method: _row_stats([per_run[method] for per_run in rows_per_run], splits)
+        for method in runs[0]["methods"]
+    }
     seeds = [run.get("seed") for run in runs]
     return {"env": runs[0].get("env"), "seeds": seeds, "splits": splits, "methods": methods}
 
@@ -150,30 +172,17 @@ def paired_differences(runs: Sequence[Mapping], baseline: str, names: Sequence[s
     Same shape as `aggregate_runs` (without the baseline's own row), plus "baseline". A cell is missing
     (None) where no run has both values. Unknown `baseline` is a ValueError naming the methods.
     """
-    names = list(names) if names is not None else [f"run {i}" for i in range(len(runs))]
-    _check_runs(runs, names)
+    rows_per_run = _score_rows(runs, names)
     if baseline not in runs[0]["methods"]:
         raise ValueError(f"baseline method {baseline!r} is not among {sorted(runs[0]['methods'])}")
     splits = list(runs[0]["splits"])
-    rows_per_run = [
-        {name: score_row(evals, splits) for name, evals in final_scores(run).items()} for run in runs
-    ]
-
-    def minus(value, base):
-        return None if value is None or base is None else value - base
-
-    methods = {}
-    for method in runs[0]["methods"]:
-        if method == baseline:
-            continue
-        pairs = [(per_run[method], per_run[baseline]) for per_run in rows_per_run]
-        methods[method] = {
-            kind: {
-                s: sample_stat([minus(row[kind][s], base[kind][s]) for row, base in pairs]) for s in splits
-            }
-            for kind in ("reward", "success")
-        }
-        methods[method]["avg"] = sample_stat([minus(row["avg"], base["avg"]) for row, base in pairs])
+    methods = {
+        method: _row_stats(
+            [_row_difference(per_run[method], per_run[baseline], splits) for per_run in rows_per_run], splits
+        )
+        for method in runs[0]["methods"]
+        if method != baseline
+    }
     seeds = [run.get("seed") for run in runs]
     return {
         "env": runs[0].get("env"),

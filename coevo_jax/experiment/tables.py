@@ -260,22 +260,19 @@ def details_markdown(results: Mapping | Sequence[Mapping]) -> str:
                     for r in records
                 ]
 
-                def present(items, key, scale=1.0):
-                    return [scale * item[key] for item in items if item.get(key) is not None]
-
                 rows.append(
                     [
                         _escape(name),
                         str(k),
                         agent_label(name, agent).removeprefix(f"{name} "),
-                        _format_stat(sample_stat(present(explored, "failures"))),
-                        _format_stat(sample_stat(present(explored, "failure_avg_reward", 100.0))),
-                        _format_stat(sample_stat(present(pairs, "pairs"))),
-                        _format_stat(sample_stat(present(pairs, "hard_negatives"))),
+                        _stat([e.get("failures") for e in explored]),
+                        _stat([e.get("failure_avg_reward") for e in explored], scale=100.0),
+                        _stat([p.get("pairs") for p in pairs]),
+                        _stat([p.get("hard_negatives") for p in pairs]),
                         by_kind or MISSING,
-                        _format_stat(sample_stat(present(train, "final_reward_accuracy")), 2),
-                        _format_stat(sample_stat(present(train, "final_reward_margin")), 2),
-                        _format_stat(sample_stat(cutoffs)) if agent == "target" else MISSING,
+                        _stat([t.get("final_reward_accuracy") for t in train], 2),
+                        _stat([t.get("final_reward_margin") for t in train], 2),
+                        _stat(cutoffs) if agent == "target" else MISSING,
                     ]
                 )
     title = f"### What each iteration explored and trained on (`{runs[0].get('env', '?')}`{seeds_note(runs)})"
