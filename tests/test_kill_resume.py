@@ -44,7 +44,8 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
         assert (killed / name).stat().st_size > 0
 
 
-def _drill():
+def load_drill():
+    """launch/kill_resume_drill.py as a module (it is a script, not part of the package)."""
     spec = importlib.util.spec_from_file_location(
         "kill_resume_drill", os.path.join(REPO, "launch", "kill_resume_drill.py")
     )
@@ -61,7 +62,7 @@ def _file(ids, logprobs):
 
 
 def test_trajectory_files_compare_token_ids_exactly_and_sampler_logprobs_to_the_last_bits():
-    drill = _drill()
+    drill = load_drill()
     base = _file([1, 2, 3], [-5.283123970031738, -0.5])
     assert drill.same_trajectories(base, _file([1, 2, 3], [-5.28312349319458, -0.5]))  # one float32 ulp
     assert not drill.same_trajectories(base, _file([1, 2, 3], [-5.2831, -0.5]))
@@ -79,4 +80,4 @@ def test_duplicated_episodes_are_found(tmp_path):
     lines = [{"id": "a"}, {"id": "b"}, {"id": "a"}]
     (tmp_path / "rollouts" / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     (tmp_path / "rollouts" / "y.jsonl").write_text(json.dumps({"id": "a"}) + "\n")
-    assert _drill().duplicated_episodes(str(tmp_path)) == ["x.jsonl: a"]
+    assert load_drill().duplicated_episodes(str(tmp_path)) == ["x.jsonl: a"]

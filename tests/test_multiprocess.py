@@ -3,7 +3,6 @@ devices gives: the same episodes, rewards and pair counts exactly, the same save
 precision (the gradient all-reduce crosses processes), and so after a SIGKILL of both processes mid-phase
 and a resume."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 from test_experiment import tiny_config
+from test_kill_resume import load_drill
 
 from coevo_jax.experiment.run import run
 
@@ -103,18 +103,8 @@ def _assert_close(want, have, where: str) -> None:
         assert have == want, where
 
 
-def _drill():
-    spec = importlib.util.spec_from_file_location(
-        "kill_resume_drill", os.path.join(ROOT, "launch", "kill_resume_drill.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its own module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def _policies(workdir: str) -> dict[str, list[np.ndarray]]:
-    return {name: jax.tree.leaves(tree) for name, tree in _drill().saved_policies(workdir).items()}
+    return {name: jax.tree.leaves(tree) for name, tree in load_drill().saved_policies(workdir).items()}
 
 
 def _assert_same_policies(expected: str, got: str) -> None:
