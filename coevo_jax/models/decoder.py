@@ -274,9 +274,7 @@ class Decoder(nnx.Module):
         axes (`layer_shardings`, set by `bind`), or as stored without them."""
         if self.layer_shardings is None:
             return params
-        dtype = self.config.dtype
-        cast = jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
-        return jax.lax.with_sharding_constraint(cast, self.layer_shardings)
+        return jax.lax.with_sharding_constraint(_cast_floats(params, self.config.dtype), self.layer_shardings)
 
     def hidden_states_from_embeddings(
         self, x_BxTxD: jax.Array, attention_mask_BxT=None, dropout_key=None
@@ -393,14 +391,18 @@ def bind(graphdef: nnx.GraphDef, params: dict, compute_shardings=None, *, per_la
         return nnx.merge(graphdef, params)
     dtype = nnx.merge(graphdef, params).config.dtype
     outer = {name: value for name, value in params.items() if name != "layers" or not per_layer}
-    cast = jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, outer)
     outer_shardings = {name: compute_shardings[name] for name in outer}
-    gathered = jax.lax.with_sharding_constraint(cast, outer_shardings)
+    gathered = jax.lax.with_sharding_constraint(_cast_floats(outer, dtype), outer_shardings)
     if not per_layer:
         return nnx.merge(graphdef, gathered)
     model = nnx.merge(graphdef, {**gathered, "layers": params["layers"]})
     model.layer_shardings = jax.tree.map(_one_layer, compute_shardings["layers"])
     return model
+
+
+def _cast_floats(params: dict, dtype) -> dict:
+    """`params` with every floating-point array cast to `dtype` (the compute dtype; integers as they are)."""
+    return jax.tree.map(lambda p: p.astype(dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
 
 
 def _one_layer(stacked: NamedSharding) -> NamedSharding:
