@@ -308,16 +308,16 @@ def copy_prefix(cache: KVCache, prefix: KVCache, rows_B: jax.Array) -> KVCache:
     """The cache with the first P slots of each row where `rows_B` replaced by `prefix` (one row, P slots)."""
     size = prefix.capacity
 
-    def put(full, part, row_axis):  # slots are the axis after the rows' and heads' (keys, values) or rows'
-        rows = rows_B.reshape(*([1] * row_axis), -1, *([1] * (full.ndim - row_axis - 1)))
-        slots = (slice(None),) * (row_axis + (1 if full.ndim == 2 else 2)) + (slice(0, size),)
+    def put(full, part, row_axis, slot_axis):
+        rows = rows_B.reshape([-1 if axis == row_axis else 1 for axis in range(full.ndim)])
+        slots = (slice(None),) * slot_axis + (slice(0, size),)
         return full.at[slots].set(jnp.where(rows, part.astype(full.dtype), full[slots]))
 
     ids = cache.token_ids_BxS
     return cache.replace(
-        keys=put(cache.keys, prefix.keys, 1),
-        values=put(cache.values, prefix.values, 1),
-        token_ids_BxS=None if ids is None else put(ids, prefix.token_ids_BxS, 0),
+        keys=put(cache.keys, prefix.keys, 1, 3),  # [L, B, K, S, E]
+        values=put(cache.values, prefix.values, 1, 3),
+        token_ids_BxS=None if ids is None else put(ids, prefix.token_ids_BxS, 0, 1),  # [B, S]
     )
 
 
