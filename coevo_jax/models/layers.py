@@ -35,7 +35,8 @@ LAYERS_AXIS = "layers"  # logical name of the leading axis of stacked layer weig
 def stack_layers(modules: list[nnx.Module]) -> nnx.Module:
     """One module like `modules[0]` whose every variable holds the `modules`' values stacked on a new
     leading axis (logical name `LAYERS_AXIS`): the decoder's blocks as one module, scanned over layers."""
-    graphdef, *states = (nnx.split(modules[0])[0], *(nnx.state(m) for m in modules))
+    graphdef = nnx.split(modules[0])[0]
+    states = [nnx.state(m) for m in modules]
 
     def stack(*variables: nnx.Variable) -> nnx.Variable:
         axes = variables[0].get_metadata()["out_sharding"]
