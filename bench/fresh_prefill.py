@@ -80,7 +80,7 @@ def main() -> None:
     print(f"{'chunk':>6} {'window':>6} " + " ".join(f"{n:>24}" for n in variants) + f" {'ratio':>6}")
     for length, by_name in times.items():
         medians = [float(np.median(v)) for v in by_name.values()]
-        cells = [f"{min(v):11.1f} / {m:10.1f}" for v, m in zip(by_name.values(), medians)]
+        cells = [f"{min(v):11.1f} / {m:10.1f}" for v, m in zip(by_name.values(), medians, strict=True)]
         window = cases[length][2]
         print(f"{length:>6} {window:>6} " + " ".join(cells) + f" {medians[0] / medians[1]:6.2f}")
 

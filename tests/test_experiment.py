@@ -14,6 +14,7 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax.coevolve import ABLATIONS
+from coevo_jax.data.records import read_trajectories
 from coevo_jax.experiment import phases, rollouts
 from coevo_jax.experiment.config import (
     EXECUTION_FIELDS,
@@ -23,6 +24,7 @@ from coevo_jax.experiment.config import (
     ExperimentConfig,
 )
 from coevo_jax.experiment.experts import generate_experts
+from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.programs import Programs
 from coevo_jax.experiment.results import load_results
@@ -401,6 +403,15 @@ def test_every_method_runs_end_to_end_and_reports(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path / "partial") or all(
         not os.listdir(tmp_path / "partial" / d) for d in os.listdir(tmp_path / "partial")
     )
+    # The finished run opens for analysis with its own config, experts and saved policies.
+    finished = open_run(str(tmp_path))
+    assert finished.config == cfg and len(finished.experts) == len(
+        read_trajectories(tmp_path / "experts.jsonl")
+    )
+    sft, eto = finished.policy("sft_target"), finished.policy("eto_it2_target")
+    moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), sft, eto)
+    assert any(jax.tree.leaves(moved))  # two iterations of DPO moved the SFT policy
+    finished.close()
     # A second run of the same command does nothing new and gives the same results.
     assert run(cfg, str(tmp_path))["methods"] == results["methods"]
     with pytest.raises(ValueError, match="different config"):

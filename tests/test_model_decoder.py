@@ -142,7 +142,9 @@ def test_long_chunks_attending_row_by_row_match_whole_history(model, full_logits
 
 @pytest.mark.parametrize("length", [9, 70])  # 70: causal blocks of 64 on the CPU, and a partial one
 @pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
-def test_fresh_chunk_on_the_causal_block_path_matches_the_cached_path(model, cached_step, length, cache_dtype):
+def test_fresh_chunk_on_the_causal_block_path_matches_the_cached_path(
+    model, cached_step, length, cache_dtype
+):
     """A first chunk with `fresh=True` (self-attention only) == the same chunk attending the empty cache:
     the same logits, keys, values (to the summation order) and lengths, for left, right and no padding and
     an empty row."""
@@ -157,7 +159,9 @@ def test_fresh_chunk_on_the_causal_block_path_matches_the_cached_path(model, cac
     )
     # another program, another summation order: in a bf16 cache a deeper key may round the other way
     tolerance = 1e-5 if cache_dtype == jnp.float32 else 2e-2
-    assert max_abs_on_valid(got_logits, expected_logits, mask) < (1e-5 if cache_dtype == jnp.float32 else 1e-3)
+    assert max_abs_on_valid(got_logits, expected_logits, mask) < (
+        1e-5 if cache_dtype == jnp.float32 else 1e-3
+    )
     for got_kv, expected_kv in ((got.keys, expected.keys), (got.values, expected.values)):
         np.testing.assert_allclose(
             np.asarray(got_kv, np.float32), np.asarray(expected_kv, np.float32), rtol=0, atol=tolerance
