@@ -22,6 +22,7 @@ from coevo_jax.experiment.config import (
     METHODS,
     PAPER_METHODS,
     ExperimentConfig,
+    RolloutSpec,
 )
 from coevo_jax.experiment.experts import generate_experts
 from coevo_jax.experiment.finished_run import open_run
@@ -439,21 +440,28 @@ def test_a_workdir_resumes_under_code_with_new_config_fields_left_at_their_defau
 
 
 def test_a_resumed_run_may_change_how_it_executes_but_not_what_it_computes(tmp_path):
-    """Micro-batches, checkpoint and log cadence may change on resume (and are recorded); results fields not."""
+    """Micro-batches, sampler rows, checkpoint and log cadence may change on resume (and are recorded);
+    results fields not."""
     store = RunStore(str(tmp_path))
     store.check_config(ExperimentConfig(seed=3).to_json(), execution_fields=EXECUTION_FIELDS)
-    faster = ExperimentConfig(seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False)
+    rollout = RolloutSpec(rows=16, groups=1)
+    faster = ExperimentConfig(
+        seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False, rollout=rollout
+    )
     with pytest.raises(
-        ValueError, match=r"changed: checkpoint_every_steps, num_microbatches, show_progress\)"
+        ValueError,
+        match=r"changed: checkpoint_every_steps, num_microbatches, rollout.groups, rollout.rows, show_progress\)",
     ):
         store.check_config(faster.to_json())  # without the allowance: refused
     store.check_config(faster.to_json(), execution_fields=EXECUTION_FIELDS)
     assert json.loads((tmp_path / "config.json").read_text()) == faster.to_json()
     with pytest.raises(ValueError, match=r"changed: iterations\)"):
         store.check_config(
-            ExperimentConfig(
-                seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False, iterations=1
-            ).to_json(),
-            execution_fields=EXECUTION_FIELDS,
+            dataclasses.replace(faster, iterations=1).to_json(), execution_fields=EXECUTION_FIELDS
+        )
+    with pytest.raises(ValueError, match=r"changed: rollout.cache_len\)"):
+        longer = dataclasses.replace(rollout, cache_len=2 * rollout.cache_len)
+        store.check_config(
+            dataclasses.replace(faster, rollout=longer).to_json(), execution_fields=EXECUTION_FIELDS
         )
     store.close()
