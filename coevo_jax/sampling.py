@@ -57,7 +57,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from coevo_jax.data.batching import bucket_for, power_of_two_buckets
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import abstract_model, bind, partition_trainable
-from coevo_jax.models.kv_cache import KVCache, init_cache, leading_slots, with_leading_slots
+from coevo_jax.models.kv_cache import (
+    KVCache,
+    by_layer,
+    init_cache,
+    leading_slots,
+    stacked,
+    with_leading_slots,
+)
 from coevo_jax.models.lora import merged_params
 from coevo_jax.sharding import ShardingRules, activation_context, compute_shardings
 
@@ -283,8 +290,9 @@ def decode(
     full = cache
     with _maybe_activation_context(mesh, rules):
         model = bind(graphdef, params, weights, per_layer=False)
+        layer_weights = model.layer_weights()  # sliced once here, not at every token
         state = DecodeState(
-            cache=leading_slots(cache, window),
+            cache=by_layer(leading_slots(cache, window)),
             last_token_B=jnp.zeros((batch,), jnp.int32),
             tokens_BxN=jnp.zeros((batch, max_new), jnp.int32),
             logprobs_BxN=jnp.zeros((batch, max_new), jnp.float32),
@@ -298,14 +306,17 @@ def decode(
         def body(state: DecodeState) -> DecodeState:
             feed_B = state.reasons_B == RUNNING
             logits_Bx1xV, cache = model.forward_cached(
-                state.last_token_B[:, None], state.cache, feed_B[:, None].astype(jnp.int32)
+                state.last_token_B[:, None],
+                state.cache,
+                feed_B[:, None].astype(jnp.int32),
+                layer_weights=layer_weights,
             )
             token_B, logprob_B = sample_with_logprobs(logits_Bx1xV[:, 0], _fold_in(key, state.step), sampling)
             return _record(state.replace(cache=cache), token_B, logprob_B, stops, max_new)
 
         state = jax.lax.while_loop(lambda s: jnp.any(s.reasons_B == RUNNING), body, state)
     result = DecodeResult(state.tokens_BxN, state.counts_B, state.reasons_B, state.logprobs_BxN)
-    return result, with_leading_slots(full, state.cache)
+    return result, with_leading_slots(full, stacked(state.cache))
 
 
 def copy_prefix(cache: KVCache, prefix: KVCache, rows_B: jax.Array) -> KVCache:

@@ -11,6 +11,7 @@ from flax import nnx
 from model_fixtures import KITCHEN_SINK, max_abs_on_valid, padded_batch, random_decoder, with_config
 
 from coevo_jax.models import init_cache
+from coevo_jax.models.kv_cache import by_layer, stacked
 
 LOGICAL_AXES = {"layers", "vocab", "embed", "mlp", "q_heads", "kv_heads", "head_dim", "norm"}
 
@@ -167,6 +168,27 @@ def test_fresh_chunk_on_the_causal_block_path_matches_the_cached_path(
             np.asarray(got_kv, np.float32), np.asarray(expected_kv, np.float32), rtol=0, atol=tolerance
         )
     np.testing.assert_array_equal(got.lengths_B, mask.sum(axis=1))
+
+
+def test_per_layer_cache_buffers_and_weights_match_the_scan_over_the_stacked_cache(model, cached_step):
+    """The decode loop's path (`by_layer` cache, `layer_weights`, layers unrolled) appends a chunk and a
+    token exactly as the scan over the stacked cache does; `stacked` restores the [L, B, K, S, E] layout."""
+    ids, mask = padded_batch([(5, "left"), (3, "right"), (0, "left")], 5, seed=12)
+    step_ids, step_mask = padded_batch([(1, "left"), (1, "left"), (1, "left")], 1, seed=13)
+    _, prefilled = cached_step(model, jnp.asarray(ids), init_cache(KITCHEN_SINK, 3, 16), jnp.asarray(mask))
+    by_layer_step = nnx.jit(
+        lambda m, ids, cache, mask: m.forward_cached(ids, cache, mask, layer_weights=m.layer_weights())
+    )
+    split = by_layer(prefilled)
+    assert len(split.keys) == KITCHEN_SINK.num_layers and split.capacity == prefilled.capacity == 16
+    expected_logits, expected = cached_step(model, jnp.asarray(step_ids), prefilled, jnp.asarray(step_mask))
+    got_logits, got = by_layer_step(model, jnp.asarray(step_ids), split, jnp.asarray(step_mask))
+    assert max_abs_on_valid(got_logits, expected_logits, step_mask) < 1e-5
+    got = stacked(got)
+    np.testing.assert_allclose(np.asarray(got.keys), np.asarray(expected.keys), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got.values), np.asarray(expected.values), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(got.lengths_B, expected.lengths_B)
+    np.testing.assert_array_equal(got.token_ids_BxS, expected.token_ids_BxS)  # the kitchen sink's token shift
 
 
 def test_rows_do_not_disturb_each_other(model, cached_step):

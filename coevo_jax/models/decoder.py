@@ -277,6 +277,30 @@ class Decoder(nnx.Module):
         (x_BxTxD, kv), _ = jax.lax.scan(step, (x_BxTxD, kv), (layers, nnx.to_pure_dict(stacked)))
         return self.final_norm(x_BxTxD), kv
 
+    def _layers_by_layer(self, x_BxTxD, positions_BxT, mask, cache: KVCache, slots_BxT, layer_weights):
+        """`_layers` unrolled over per-layer weights and per-layer cache buffers (`kv_cache.by_layer`): the
+        decode loop's path, which reads no slice of a stacked array (see `layer_weights`)."""
+        graphdef = nnx.graphdef(self.layers)
+        keys, values = [], []
+        for layer, params in enumerate(layer_weights):
+            block = nnx.merge(graphdef, params)
+            layer_cache = (cache.keys[layer][None], cache.values[layer][None], 0)  # a stack of one: a view
+            x_BxTxD, (k_1xBxKxSxE, v_1xBxKxSxE) = block(x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT)
+            keys.append(k_1xBxKxSxE[0])
+            values.append(v_1xBxKxSxE[0])
+        return self.final_norm(x_BxTxD), (tuple(keys), tuple(values))
+
+    def layer_weights(self) -> list[dict]:
+        """Each layer's weights as arrays of their own (static slices of the stacked ones, for compute).
+
+        The decode loop takes them once per call, outside its per-token loop: a scan over the stacked
+        weights would copy each layer's slice out at every token."""
+        stacked_params = nnx.to_pure_dict(nnx.state(self.layers))
+        return [
+            self._layer_for_compute(jax.tree.map(lambda w, i=layer: w[i], stacked_params))
+            for layer in range(self.config.num_layers)
+        ]
+
     def _layer_for_compute(self, params: dict) -> dict:
         """One layer's weights as its block uses them: cast to the compute dtype and gathered over the FSDP
         axes (`layer_shardings`, set by `bind`), or as stored without them."""
@@ -313,13 +337,21 @@ class Decoder(nnx.Module):
         return self.logits_from_hidden(self.hidden_states(input_ids_BxT, attention_mask_BxT))
 
     def hidden_states_cached(
-        self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None, *, fresh: bool = False
+        self,
+        input_ids_BxT: jax.Array,
+        cache: KVCache,
+        attention_mask_BxT=None,
+        *,
+        fresh: bool = False,
+        layer_weights: list[dict] | None = None,
     ) -> tuple[jax.Array, KVCache]:
         """Appends a chunk to `cache`; returns its final hidden states [B, T, D] and the new cache.
 
         `fresh` (static) promises that every row with tokens in the chunk starts from an empty cache
         (length 0): the chunk then attends itself causally, block-wise (`causal_attention`; positions grow
-        with the index whatever the padding), instead of scoring every query against every cache slot."""
+        with the index whatever the padding), instead of scoring every query against every cache slot.
+        With `layer_weights` (`layer_weights()`) the cache holds per-layer buffers (`kv_cache.by_layer`)
+        and the layers run unrolled over them: the decode loop's path."""
         if attention_mask_BxT is None:
             attention_mask_BxT = jnp.ones(input_ids_BxT.shape, jnp.int32)
         placement = place_chunk(cache.lengths_B, attention_mask_BxT, cache.capacity)
@@ -331,24 +363,36 @@ class Decoder(nnx.Module):
                 x_BxTxD, ids_BxS, placement.positions_BxT, attention_mask_BxT, weights_NxD, self.embed_tokens
             )
         mask = attention_mask_BxT.astype(jnp.int32) if fresh else placement.allowed_BxTxS
-        hidden_BxTxD, (keys, values) = self._layers(
-            x_BxTxD, placement.positions_BxT, mask, cache, placement.slots_BxT
-        )
+        if layer_weights is None:
+            hidden_BxTxD, (keys, values) = self._layers(
+                x_BxTxD, placement.positions_BxT, mask, cache, placement.slots_BxT
+            )
+        else:
+            hidden_BxTxD, (keys, values) = self._layers_by_layer(
+                x_BxTxD, placement.positions_BxT, mask, cache, placement.slots_BxT, layer_weights
+            )
         new_cache = KVCache(
             keys=keys, values=values, lengths_B=placement.new_lengths_B, token_ids_BxS=ids_BxS
         )
         return hidden_BxTxD, new_cache
 
     def forward_cached(
-        self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None, *, fresh: bool = False
+        self,
+        input_ids_BxT: jax.Array,
+        cache: KVCache,
+        attention_mask_BxT=None,
+        *,
+        fresh: bool = False,
+        layer_weights: list[dict] | None = None,
     ) -> tuple[jax.Array, KVCache]:
         """Appends a chunk of T >= 1 tokens per row to `cache`; returns float32 logits [B, T, V], new cache.
 
         Tokens with mask 0 are neither stored nor attended (their logits are garbage), so rows may carry
-        different amounts of padding in the same chunk. `fresh`: as in `hidden_states_cached`.
+        different amounts of padding in the same chunk. `fresh`, `layer_weights`: as in
+        `hidden_states_cached`.
         """
         hidden_BxTxD, new_cache = self.hidden_states_cached(
-            input_ids_BxT, cache, attention_mask_BxT, fresh=fresh
+            input_ids_BxT, cache, attention_mask_BxT, fresh=fresh, layer_weights=layer_weights
         )
         return self.logits_from_hidden(hidden_BxTxD), new_cache
 

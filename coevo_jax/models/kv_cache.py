@@ -17,6 +17,11 @@ than a [B, S, K, E] layout.
 A step whose rows all end within the first W slots can run on `leading_slots(cache, W)` and write the
 result back with `with_leading_slots`: attention then reads W slots instead of S (the sampler's window).
 
+The decode loop runs on `by_layer(cache)`: keys and values as tuples of L separate [B, K, S, E] buffers. XLA
+copies a layer's slice out of a stacked array before attention reads it, so a scan over the stacked cache
+reads and writes the whole cache once more per token (`bench/kv_layout.py`); separate buffers are read in
+place and updated in place. `stacked` turns them back after the loop.
+
 Shape legend: L layers, B batch, S capacity (slots), T chunk length, K kv heads, E head_dim.
 """
 
@@ -33,15 +38,15 @@ from coevo_jax.models.config import ModelConfig
 class KVCache:
     """Keys/values of every layer (RoPE already applied) and the number of filled slots per row."""
 
-    keys: jax.Array  # [L, B, K, S, E]
-    values: jax.Array  # [L, B, K, S, E]
+    keys: jax.Array  # [L, B, K, S, E], or L x [B, K, S, E] (`by_layer`)
+    values: jax.Array  # [L, B, K, S, E], or L x [B, K, S, E]
     lengths_B: jax.Array  # int32 [B]: filled slots == next RoPE position
     token_ids_BxS: jax.Array | None = None  # the token in each slot, for models with a token shift
 
     @property
     def capacity(self) -> int:
         """Number of slots S per row."""
-        return self.keys.shape[3]
+        return self.keys[0].shape[2] if isinstance(self.keys, tuple) else self.keys.shape[3]
 
     @property
     def slot_valid_BxS(self) -> jax.Array:
@@ -86,6 +91,19 @@ def with_leading_slots(cache: KVCache, window: KVCache) -> KVCache:
         lengths_B=window.lengths_B,
         token_ids_BxS=ids,
     )
+
+
+def by_layer(cache: KVCache) -> KVCache:
+    """`cache` with its keys and values split into L separate [B, K, S, E] buffers (see the module docstring)."""
+    split = lambda stacked_LxBxKxSxE: tuple(
+        stacked_LxBxKxSxE[layer] for layer in range(stacked_LxBxKxSxE.shape[0])
+    )
+    return cache.replace(keys=split(cache.keys), values=split(cache.values))
+
+
+def stacked(cache: KVCache) -> KVCache:
+    """`cache` with per-layer buffers (`by_layer`) stacked back into [L, B, K, S, E] arrays."""
+    return cache.replace(keys=jnp.stack(cache.keys), values=jnp.stack(cache.values))
 
 
 @struct.dataclass
