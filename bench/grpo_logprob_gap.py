@@ -22,12 +22,8 @@ import tempfile
 import jax
 import numpy as np
 
-from coevo_jax import envs
 from coevo_jax.data.batching import bucket_for, collate_grpo, sampled_sequence
-from coevo_jax.experiment.config import ExperimentConfig
-from coevo_jax.experiment.experts import load_or_generate_experts
-from coevo_jax.experiment.policy import build_setup
-from coevo_jax.experiment.store import RunStore, read_json
+from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.models import abstract_model
 from coevo_jax.models.decoder import bind
 from coevo_jax.rollout import ModelActor, RolloutConfig, run_rollouts
@@ -47,14 +43,12 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = parser.parse_args()
 
-    cfg = ExperimentConfig.from_mapping(read_json(os.path.join(args.workdir, "config.json")))
-    env_factory = lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs))  # noqa: E731
+    run = open_run(args.workdir)
+    cfg, setup, env_factory = run.config, run.setup, run.make_env
     env = env_factory()
-    experts = load_or_generate_experts(env, cfg.env, args.workdir)
     tasks = env.tasks(cfg.env.train_split)[: args.tasks]
-    setup = build_setup(cfg, args.workdir, experts)
-    store = RunStore(args.workdir)
-    params = setup.policy(store.load_policy(args.policy, setup.abstract_params, base=setup.base_fingerprint))
+    env.close()
+    params = run.policy(args.policy)
     spec, temperature = cfg.rollout, args.temperature
     rows = []
     for sample_dtype in DTYPES:
@@ -123,7 +117,7 @@ def main() -> None:
             f,
             indent=1,
         )
-    store.close()
+    run.close()
 
 
 if __name__ == "__main__":

@@ -115,14 +115,11 @@ def _figure(stats: dict, title: str, path: str) -> None:
 
 
 def main() -> None:
-    from coevo_jax import envs
     from coevo_jax.data.records import read_trajectories
     from coevo_jax.experiment import grpo, rollouts
-    from coevo_jax.experiment.config import ExperimentConfig
-    from coevo_jax.experiment.experts import load_or_generate_experts
-    from coevo_jax.experiment.policy import build_setup
+    from coevo_jax.experiment.finished_run import open_run
     from coevo_jax.experiment.stages import SFT_TARGET
-    from coevo_jax.experiment.store import RunStore, read_json
+    from coevo_jax.experiment.store import read_json
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True)
@@ -131,20 +128,15 @@ def main() -> None:
     args = parser.parse_args()
     workdir, out = os.path.abspath(args.workdir), os.path.abspath(args.out or args.workdir)
 
-    cfg = ExperimentConfig.from_mapping(read_json(os.path.join(workdir, "config.json")))
+    run = open_run(workdir)
+    cfg, setup, env_factory = run.config, run.setup, run.make_env
     history = read_json(os.path.join(workdir, args.method, "history.json"))
-    env_factory = lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs))  # noqa: E731
-    env = env_factory()
-    experts = load_or_generate_experts(env, cfg.env, workdir)
-    env.close()
-    setup = build_setup(cfg, workdir, experts)
-    store = RunStore(workdir)
-    params = setup.policy(store.load_policy(SFT_TARGET, setup.abstract_params, base=setup.base_fingerprint))
+    params = run.policy(SFT_TARGET)
     os.makedirs(os.path.join(workdir, "paired_baseline"), exist_ok=True)
     trained, baseline = [], []
     for record in history:
         step = int(record["step"])
-        ours = read_trajectories(store.path("rollouts", grpo.rollout_file(args.method, step)))
+        ours = read_trajectories(run.store.path("rollouts", grpo.rollout_file(args.method, step)))
         tasks = sorted({t.task_id for t in ours})
         theirs = rollouts.play(
             setup,
@@ -174,7 +166,7 @@ def main() -> None:
             )
         trained.append(_step_view(ours))
         baseline.append(_step_view(theirs))
-    store.close()
+    run.close()
     stats = paired_stats(trained, baseline)
     stats.update(workdir=workdir, method=args.method, temperature=cfg.grpo.temperature)
     os.makedirs(out, exist_ok=True)

@@ -52,12 +52,8 @@ def paired_summary(policy: Mapping[str, Sequence[float]], baseline: Mapping[str,
 
 
 def main() -> None:
-    from coevo_jax import envs
     from coevo_jax.experiment import rollouts
-    from coevo_jax.experiment.config import ExperimentConfig
-    from coevo_jax.experiment.experts import load_or_generate_experts
-    from coevo_jax.experiment.policy import build_setup
-    from coevo_jax.experiment.store import RunStore, read_json
+    from coevo_jax.experiment.finished_run import open_run
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True)
@@ -71,17 +67,14 @@ def main() -> None:
     out = os.path.join(workdir, "sampled_eval")
     os.makedirs(out, exist_ok=True)
 
-    cfg = ExperimentConfig.from_mapping(read_json(os.path.join(workdir, "config.json")))
-    env_factory = lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs))  # noqa: E731
+    run = open_run(workdir)
+    cfg, setup, env_factory = run.config, run.setup, run.make_env
     env = env_factory()
-    experts = load_or_generate_experts(env, cfg.env, workdir)
     splits = {split: env.tasks(split)[: cfg.env.eval_tasks] for split in cfg.env.eval_splits}
     env.close()
-    setup = build_setup(cfg, workdir, experts)
-    store = RunStore(workdir)
     rewards: dict[str, dict[str, dict[str, list[float]]]] = {}
     for name in args.policies:
-        params = setup.policy(store.load_policy(name, setup.abstract_params, base=setup.base_fingerprint))
+        params = run.policy(name)
         rewards[name] = {}
         for split, tasks in splits.items():
             episodes = rollouts.play(
@@ -101,7 +94,7 @@ def main() -> None:
             for episode in episodes:
                 by_task.setdefault(episode.task_id, []).append(float(episode.reward))
             rewards[name][split] = by_task
-    store.close()
+    run.close()
     baseline = args.policies[0]
     summary = {
         "workdir": workdir,

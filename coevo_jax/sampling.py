@@ -239,6 +239,7 @@ def prefill(
     *,
     graphdef,
     window: int,
+    fresh: bool = False,
     mesh=None,
     rules=None,
     weights=None,
@@ -246,12 +247,15 @@ def prefill(
     """Sets each row's cache length, appends its (left-padded) chunk; returns next-token logits [B, V].
 
     A row whose chunk is all padding keeps its cache unchanged (its logits are garbage). Every row with a
-    chunk must end within the first `window` slots.
+    chunk must end within the first `window` slots. `fresh`: every row with a chunk starts at length 0, so
+    the chunk attends only itself (the causal block path; see `Decoder.hidden_states_cached`).
     """
     with _maybe_activation_context(mesh, rules):
         model = bind(graphdef, params, weights, per_layer=False)
         full = cache.replace(lengths_B=start_lengths_B.astype(jnp.int32))
-        hidden_BxTxD, part = model.hidden_states_cached(ids_BxT, leading_slots(full, window), mask_BxT)
+        hidden_BxTxD, part = model.hidden_states_cached(
+            ids_BxT, leading_slots(full, window), mask_BxT, fresh=fresh
+        )
         logits_BxV = model.logits_from_hidden(hidden_BxTxD[:, -1:])[:, 0]  # left padding: last is real
     return logits_BxV, with_leading_slots(full, part)
 
@@ -389,7 +393,7 @@ class Sampler:
         weights = None if param_shardings is None else compute_shardings(param_shardings, self.rules)
         static = dict(graphdef=graphdef, mesh=mesh, rules=self.rules, weights=weights)
         self._prefill = jax.jit(
-            functools.partial(prefill, **static), donate_argnums=1, static_argnames="window"
+            functools.partial(prefill, **static), donate_argnums=1, static_argnames=("window", "fresh")
         )
         self._decode = jax.jit(
             functools.partial(decode, sampling=sampling, stops=stops, **static),
@@ -466,8 +470,9 @@ class Sampler:
         window = self.window_for(live) if window is None else window
         if live > window or window not in self.window_buckets:
             raise ValueError(f"window {window} is not one of {self.window_buckets} holding {live} tokens")
+        fresh = bool(np.all(start[mask.sum(axis=1) > 0] == 0))  # a first chunk: the causal block path
         return self._prefill(
-            weights, cache, self._rows(ids), self._rows(mask), self._rows(start), window=window
+            weights, cache, self._rows(ids), self._rows(mask), self._rows(start), window=window, fresh=fresh
         )
 
     def decode(

@@ -14,6 +14,7 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax.coevolve import ABLATIONS
+from coevo_jax.data.records import read_trajectories
 from coevo_jax.experiment import phases, rollouts
 from coevo_jax.experiment.config import (
     EXECUTION_FIELDS,
@@ -21,8 +22,10 @@ from coevo_jax.experiment.config import (
     METHODS,
     PAPER_METHODS,
     ExperimentConfig,
+    RolloutSpec,
 )
 from coevo_jax.experiment.experts import generate_experts
+from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.programs import Programs
 from coevo_jax.experiment.results import load_results
@@ -401,6 +404,15 @@ def test_every_method_runs_end_to_end_and_reports(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path / "partial") or all(
         not os.listdir(tmp_path / "partial" / d) for d in os.listdir(tmp_path / "partial")
     )
+    # The finished run opens for analysis with its own config, experts and saved policies.
+    finished = open_run(str(tmp_path))
+    assert finished.config == cfg and len(finished.experts) == len(
+        read_trajectories(tmp_path / "experts.jsonl")
+    )
+    sft, eto = finished.policy("sft_target"), finished.policy("eto_it2_target")
+    moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), sft, eto)
+    assert any(jax.tree.leaves(moved))  # two iterations of DPO moved the SFT policy
+    finished.close()
     # A second run of the same command does nothing new and gives the same results.
     assert run(cfg, str(tmp_path))["methods"] == results["methods"]
     with pytest.raises(ValueError, match="different config"):
@@ -428,21 +440,28 @@ def test_a_workdir_resumes_under_code_with_new_config_fields_left_at_their_defau
 
 
 def test_a_resumed_run_may_change_how_it_executes_but_not_what_it_computes(tmp_path):
-    """Micro-batches, checkpoint and log cadence may change on resume (and are recorded); results fields not."""
+    """Micro-batches, sampler rows, checkpoint and log cadence may change on resume (and are recorded);
+    results fields not."""
     store = RunStore(str(tmp_path))
     store.check_config(ExperimentConfig(seed=3).to_json(), execution_fields=EXECUTION_FIELDS)
-    faster = ExperimentConfig(seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False)
+    rollout = RolloutSpec(rows=16, groups=1)
+    faster = ExperimentConfig(
+        seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False, rollout=rollout
+    )
     with pytest.raises(
-        ValueError, match=r"changed: checkpoint_every_steps, num_microbatches, show_progress\)"
+        ValueError,
+        match=r"changed: checkpoint_every_steps, num_microbatches, rollout.groups, rollout.rows, show_progress\)",
     ):
         store.check_config(faster.to_json())  # without the allowance: refused
     store.check_config(faster.to_json(), execution_fields=EXECUTION_FIELDS)
     assert json.loads((tmp_path / "config.json").read_text()) == faster.to_json()
     with pytest.raises(ValueError, match=r"changed: iterations\)"):
         store.check_config(
-            ExperimentConfig(
-                seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False, iterations=1
-            ).to_json(),
-            execution_fields=EXECUTION_FIELDS,
+            dataclasses.replace(faster, iterations=1).to_json(), execution_fields=EXECUTION_FIELDS
+        )
+    with pytest.raises(ValueError, match=r"changed: rollout.cache_len\)"):
+        longer = dataclasses.replace(rollout, cache_len=2 * rollout.cache_len)
+        store.check_config(
+            dataclasses.replace(faster, rollout=longer).to_json(), execution_fields=EXECUTION_FIELDS
         )
     store.close()

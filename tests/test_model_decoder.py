@@ -140,6 +140,35 @@ def test_long_chunks_attending_row_by_row_match_whole_history(model, full_logits
     np.testing.assert_array_equal(cache.lengths_B, mask.sum(axis=1))
 
 
+@pytest.mark.parametrize("length", [9, 70])  # 70: causal blocks of 64 on the CPU, and a partial one
+@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
+def test_fresh_chunk_on_the_causal_block_path_matches_the_cached_path(
+    model, cached_step, length, cache_dtype
+):
+    """A first chunk with `fresh=True` (self-attention only) == the same chunk attending the empty cache:
+    the same logits, keys, values (to the summation order) and lengths, for left, right and no padding and
+    an empty row."""
+    rows = [(length, "left"), (length - 4, "left"), (length - 2, "right"), (0, "left")]
+    ids, mask = padded_batch(rows, length, seed=10 + length)
+    fresh_step = nnx.jit(lambda m, ids, cache, mask: m.forward_cached(ids, cache, mask, fresh=True))
+    expected_logits, expected = cached_step(
+        model, jnp.asarray(ids), init_cache(KITCHEN_SINK, 4, 96, cache_dtype), jnp.asarray(mask)
+    )
+    got_logits, got = fresh_step(
+        model, jnp.asarray(ids), init_cache(KITCHEN_SINK, 4, 96, cache_dtype), jnp.asarray(mask)
+    )
+    # another program, another summation order: in a bf16 cache a deeper key may round the other way
+    tolerance = 1e-5 if cache_dtype == jnp.float32 else 2e-2
+    assert max_abs_on_valid(got_logits, expected_logits, mask) < (
+        1e-5 if cache_dtype == jnp.float32 else 1e-3
+    )
+    for got_kv, expected_kv in ((got.keys, expected.keys), (got.values, expected.values)):
+        np.testing.assert_allclose(
+            np.asarray(got_kv, np.float32), np.asarray(expected_kv, np.float32), rtol=0, atol=tolerance
+        )
+    np.testing.assert_array_equal(got.lengths_B, mask.sum(axis=1))
+
+
 def test_rows_do_not_disturb_each_other(model, cached_step):
     ids, mask = padded_batch([(4, "left"), (2, "right"), (3, "left")], 4, seed=8)
     step_ids, step_mask = padded_batch([(2, "right"), (1, "left"), (2, "left")], 2, seed=9)

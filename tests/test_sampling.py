@@ -231,6 +231,21 @@ def test_one_compile_per_bucket_and_one_decode(model):
     assert sampler._decode._cache_size() == 1
 
 
+def test_a_first_chunk_takes_the_causal_block_program_and_matches_the_cached_one(model):
+    """A chunk whose rows all start at 0 compiles its own prefill (self-attention on the causal block
+    path); its logits and cache equal those of the same tokens fed as two chunks (the cached path)."""
+    sampler, params = Sampler.for_model(model, batch_size=2, cache_len=64)
+    prompts = _prompts(3, (11, 6))
+    fresh_logits, fresh_cache = sampler.prefill(params, sampler.init_cache(), prompts, [0, 0])
+    assert sampler._prefill._cache_size() == 1
+    _, cache = sampler.prefill(params, sampler.init_cache(), [p[:1] for p in prompts], [0, 0])
+    logits, cache = sampler.prefill(params, cache, [p[1:] for p in prompts], [1, 1])
+    assert sampler._prefill._cache_size() == 2  # the same bucket, started at 0 or not
+    np.testing.assert_allclose(np.asarray(fresh_logits), np.asarray(logits), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(fresh_cache.keys), np.asarray(cache.keys), rtol=0, atol=1e-5)
+    assert np.asarray(fresh_cache.lengths_B).tolist() == [11, 6]
+
+
 def test_sampling_with_temperature_is_reproducible_and_row_independent(model):
     cfg = SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=6)
     sampler, params = Sampler.for_model(model, batch_size=3, cache_len=32, sampling=cfg)

@@ -169,9 +169,19 @@ class RolloutSpec:
     merge_lora: bool = True  # LoRA: sample with the adapters merged into the base (else applied per token)
 
 
-# Top-level fields that change how a run executes, not what it computes (micro-batches accumulate to the same
-# gradient up to float rounding): a resumed run may change them, e.g. to fit a step into memory.
-EXECUTION_FIELDS = ("num_microbatches", "checkpoint_every_steps", "log_every_steps", "show_progress")
+# Fields (dotted names) that change how a run executes, not what it computes, so a resumed run may change
+# them, e.g. to fit a step into memory or to decode more rows at once: micro-batches accumulate to the same
+# gradient up to float rounding; the sampler's rows and groups batch the same episodes differently (each
+# episode samples with keys of its own task, sample and turn, and rollouts return in task and sample order;
+# tests/test_rollout.py plays the same episodes on other rows, greedy and sampled).
+EXECUTION_FIELDS = (
+    "num_microbatches",
+    "checkpoint_every_steps",
+    "log_every_steps",
+    "show_progress",
+    "rollout.rows",
+    "rollout.groups",
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -108,7 +108,9 @@ class Attention(nnx.Module):
 
         `mask` is the key mask [B, T] of a full causal pass (no cache), or with a cache the
         [B, T, S] matrix of the slots each query may attend; `layer_cache` is (keys, values, layer): the
-        whole cache's [L, B, K, S, E] arrays and the index of this layer in them.
+        whole cache's [L, B, K, S, E] arrays and the index of this layer in them. A cache with a [B, T] key
+        mask is a fresh chunk (every row's cache empty): it attends only itself, on the causal block path,
+        which never scores the upper triangle nor the empty slots beyond the chunk.
         """
         q_BxTxHxE = self._project(
             x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT, self.q_lora, dropout_key
@@ -120,14 +122,20 @@ class Attention(nnx.Module):
         q_BxTxHxE = constrain(q_BxTxHxE, ("batch", "length", "heads", "head_dim"))
         k_BxKxTxE, v_BxKxTxE = k_BxTxKxE.transpose(0, 2, 1, 3), v_BxTxKxE.transpose(0, 2, 1, 3)
         new_cache = None
+        fresh = layer_cache is not None and mask.ndim == 2
         if layer_cache is not None:
             keys_LxBxKxSxE, values_LxBxKxSxE, layer = layer_cache
             keys_LxBxKxSxE = write_chunk(keys_LxBxKxSxE, layer, slots_BxT, k_BxKxTxE)
             values_LxBxKxSxE = write_chunk(values_LxBxKxSxE, layer, slots_BxT, v_BxKxTxE)
             new_cache = (keys_LxBxKxSxE, values_LxBxKxSxE)
-            k_BxKxTxE = layer_slots(keys_LxBxKxSxE, layer).astype(self.dtype)
-            v_BxKxTxE = layer_slots(values_LxBxKxSxE, layer).astype(self.dtype)
-        if layer_cache is None:
+            if fresh:  # attend the chunk's keys as the cache holds them (its dtype), without reading it back
+                cache_dtype = keys_LxBxKxSxE.dtype
+                k_BxKxTxE = k_BxKxTxE.astype(cache_dtype).astype(self.dtype)
+                v_BxKxTxE = v_BxKxTxE.astype(cache_dtype).astype(self.dtype)
+            else:
+                k_BxKxTxE = layer_slots(keys_LxBxKxSxE, layer).astype(self.dtype)
+                v_BxKxTxE = layer_slots(values_LxBxKxSxE, layer).astype(self.dtype)
+        if layer_cache is None or fresh:
             out_BxTxHxE = causal_attention(
                 q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **_causal_plan(mask.shape[0])
             )
@@ -305,9 +313,13 @@ class Decoder(nnx.Module):
         return self.logits_from_hidden(self.hidden_states(input_ids_BxT, attention_mask_BxT))
 
     def hidden_states_cached(
-        self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None
+        self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None, *, fresh: bool = False
     ) -> tuple[jax.Array, KVCache]:
-        """Appends a chunk to `cache`; returns its final hidden states [B, T, D] and the new cache."""
+        """Appends a chunk to `cache`; returns its final hidden states [B, T, D] and the new cache.
+
+        `fresh` (static) promises that every row with tokens in the chunk starts from an empty cache
+        (length 0): the chunk then attends itself causally, block-wise (`causal_attention`; positions grow
+        with the index whatever the padding), instead of scoring every query against every cache slot."""
         if attention_mask_BxT is None:
             attention_mask_BxT = jnp.ones(input_ids_BxT.shape, jnp.int32)
         placement = place_chunk(cache.lengths_B, attention_mask_BxT, cache.capacity)
@@ -318,8 +330,9 @@ class Decoder(nnx.Module):
             x_BxTxD = shift_cached(
                 x_BxTxD, ids_BxS, placement.positions_BxT, attention_mask_BxT, weights_NxD, self.embed_tokens
             )
+        mask = attention_mask_BxT.astype(jnp.int32) if fresh else placement.allowed_BxTxS
         hidden_BxTxD, (keys, values) = self._layers(
-            x_BxTxD, placement.positions_BxT, placement.allowed_BxTxS, cache, placement.slots_BxT
+            x_BxTxD, placement.positions_BxT, mask, cache, placement.slots_BxT
         )
         new_cache = KVCache(
             keys=keys, values=values, lengths_B=placement.new_lengths_B, token_ids_BxS=ids_BxS
@@ -327,14 +340,16 @@ class Decoder(nnx.Module):
         return hidden_BxTxD, new_cache
 
     def forward_cached(
-        self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None
+        self, input_ids_BxT: jax.Array, cache: KVCache, attention_mask_BxT=None, *, fresh: bool = False
     ) -> tuple[jax.Array, KVCache]:
         """Appends a chunk of T >= 1 tokens per row to `cache`; returns float32 logits [B, T, V], new cache.
 
         Tokens with mask 0 are neither stored nor attended (their logits are garbage), so rows may carry
-        different amounts of padding in the same chunk.
+        different amounts of padding in the same chunk. `fresh`: as in `hidden_states_cached`.
         """
-        hidden_BxTxD, new_cache = self.hidden_states_cached(input_ids_BxT, cache, attention_mask_BxT)
+        hidden_BxTxD, new_cache = self.hidden_states_cached(
+            input_ids_BxT, cache, attention_mask_BxT, fresh=fresh
+        )
         return self.logits_from_hidden(hidden_BxTxD), new_cache
 
 
