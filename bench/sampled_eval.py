@@ -54,6 +54,7 @@ def paired_summary(policy: Mapping[str, Sequence[float]], baseline: Mapping[str,
 def main() -> None:
     from coevo_jax.experiment import rollouts
     from coevo_jax.experiment.finished_run import open_run
+    from coevo_jax.experiment.task_subsets import pick_tasks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True)
@@ -70,7 +71,8 @@ def main() -> None:
     run = open_run(workdir)
     cfg, setup, env_factory = run.config, run.setup, run.make_env
     env = env_factory()
-    splits = {split: env.tasks(split)[: cfg.env.eval_tasks] for split in cfg.env.eval_splits}
+    subset = cfg.env.task_subset
+    splits = {split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, subset) for split in cfg.env.eval_splits}
     env.close()
     rewards: dict[str, dict[str, dict[str, list[float]]]] = {}
     for name in args.policies:

@@ -13,6 +13,7 @@ from typing import Any
 
 from coevo_jax.coevolve.config import ABLATIONS, CoEvolveConfig
 from coevo_jax.data.batching import power_of_two_buckets
+from coevo_jax.experiment.task_subsets import TASK_SUBSETS
 from coevo_jax.train.mapping import dataclass_from_mapping
 
 PAPER_METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")  # Table 1 and ablations
@@ -46,9 +47,14 @@ class EnvConfig:
     train_split: str = "train"
     eval_splits: tuple[str, ...] = ("test_seen", "test_unseen")
     explore_tasks: int | None = None  # train tasks explored per iteration (the first N)
-    eval_tasks: int | None = None  # tasks per evaluation split (the first N)
+    eval_tasks: int | None = None  # tasks per evaluation split (the first N, or N spread: `task_subset`)
     expert_tasks: int | None = None  # expert trajectories used for SFT (the first N)
     experts_path: str = ""  # a JSONL/JSON trajectory file instead of the environment's own experts
+    task_subset: str = "first"  # how explore/eval tasks are picked: 'first' N or 'spread' over the split
+
+    def __post_init__(self):
+        if self.task_subset not in TASK_SUBSETS:
+            raise ValueError(f"env.task_subset {self.task_subset!r}: one of {TASK_SUBSETS}")
 
 
 @dataclasses.dataclass(frozen=True)

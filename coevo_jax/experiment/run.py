@@ -28,6 +28,7 @@ from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.results import RESULTS_FILE
 from coevo_jax.experiment.stages import Stages
 from coevo_jax.experiment.store import RunStore, write_json_atomic
+from coevo_jax.experiment.task_subsets import pick_tasks
 from coevo_jax.experiment.tensorboard import ScalarWriter
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,9 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
         experts = processes.primary_first(
             "experts", lambda: load_or_generate_experts(env, cfg.env, store.workdir)
         )
-        train_tasks = env.tasks(cfg.env.train_split)[: cfg.env.explore_tasks]
-        eval_tasks = {split: env.tasks(split)[: cfg.env.eval_tasks] for split in cfg.env.eval_splits}
+        subset = cfg.env.task_subset
+        train_tasks = pick_tasks(env.tasks(cfg.env.train_split), cfg.env.explore_tasks, subset)
+        eval_tasks = {split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, subset) for split in cfg.env.eval_splits}
     finally:
         env.close()
     log.info(

@@ -1,0 +1,24 @@
+"""Which tasks of a split a run uses when it uses fewer than all: the first N, or N spread over the split.
+
+Some splits are sorted by task kind (ETO's ScienceWorld unseen test lists every boiling task first), so their
+first N tasks test one kind; `spread` takes every (len/N)-th task instead, keeping the split's mix of kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+TASK_SUBSETS = ("first", "spread")
+
+
+def pick_tasks(tasks: Sequence[str], count: int | None, subset: str) -> list[str]:
+    """`count` tasks of `tasks` (all of them when `count` is None or not smaller), chosen as `subset` says."""
+    if subset not in TASK_SUBSETS:
+        raise ValueError(f"task subset {subset!r}: one of {TASK_SUBSETS}")
+    if count is None or count >= len(tasks):
+        return list(tasks)
+    if count < 0:
+        raise ValueError(f"task count must be >= 0, got {count}")
+    if subset == "first":
+        return list(tasks[:count])
+    return [tasks[(i * len(tasks)) // count] for i in range(count)]
