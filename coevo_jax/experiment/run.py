@@ -118,7 +118,9 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
         )
         subset = cfg.env.task_subset
         train_tasks = pick_tasks(env.tasks(cfg.env.train_split), cfg.env.explore_tasks, subset)
-        eval_tasks = {split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, subset) for split in cfg.env.eval_splits}
+        eval_tasks = {
+            split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, subset) for split in cfg.env.eval_splits
+        }
     finally:
         env.close()
     log.info(
