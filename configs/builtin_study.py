@@ -13,22 +13,17 @@ Run three seeds, then the mean ± std table:
     python -m coevo_jax.experiment.report workdir_study_0 workdir_study_1 workdir_study_2 --figures docs/study
 """
 
-import importlib.util
 import os
+import sys
 
-from ml_collections import ConfigDict
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def _quickstart() -> ConfigDict:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quickstart.py")
-    spec = importlib.util.spec_from_file_location("coevo_configs_quickstart", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+from ml_collections import ConfigDict  # noqa: E402
+from quickstart import get_config as quickstart_config  # noqa: E402
 
 
 def get_config() -> ConfigDict:
-    config = _quickstart()
+    config = quickstart_config()
     config.methods = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
     config.match_exploration = True
     config.env.eval_tasks = None  # the whole splits

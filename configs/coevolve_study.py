@@ -17,22 +17,17 @@ a long tail of verb-object patterns, unlike the experts'). Seeds 0 and 1 in para
         --figures docs/coevolve_study
 """
 
-import importlib.util
 import os
+import sys
 
-from ml_collections import ConfigDict
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def _quickstart() -> ConfigDict:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quickstart.py")
-    spec = importlib.util.spec_from_file_location("coevo_configs_quickstart", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+from ml_collections import ConfigDict  # noqa: E402
+from quickstart import get_config as quickstart_config  # noqa: E402
 
 
 def get_config() -> ConfigDict:
-    config = _quickstart()
+    config = quickstart_config()
     config.methods = ("sft", "grpo", "coevolve")
     config.iterations = 2
     config.grpo.tasks_per_step = 8
