@@ -9,13 +9,15 @@ same sampling seed, so those episodes are played once.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable, Sequence
 
 from coevo_jax.data.pairs import PreferenceDataset
-from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.records import Trajectory, read_trajectories, write_trajectories
 from coevo_jax.envs.base import Environment
-from coevo_jax.experiment import grpo, phases, rollouts
+from coevo_jax.experiment import grpo, phases, processes, rollouts
+from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import POLICIES_DIR, RunStore
 from coevo_jax.train import StepKind
@@ -36,6 +38,17 @@ def explore_file(policy: str, iteration: int, suffix: str = "") -> str:
 def eval_file(policy: str, split: str) -> str:
     """The workdir-relative rollout file of stage `eval/<policy>/<split>`."""
     return f"{ROLLOUTS_DIR}/{policy}_{split}.jsonl"
+
+
+def joint_eval_file(policy: str) -> str:
+    """The workdir-relative rollout file `Stages.evaluate` plays every pending split into (removed once each
+    split has its own file and stage record)."""
+    return f"{ROLLOUTS_DIR}/{policy}.eval_splits.jsonl"
+
+
+def _write_atomic(path: str, trajectories: Sequence[Trajectory]) -> None:
+    with atomic_path(path) as tmp:
+        write_trajectories(tmp, trajectories)
 
 
 def stage_outputs(stage: str) -> tuple[str, str]:
@@ -155,28 +168,41 @@ class Stages:
         return sorted(read_trajectories(path), key=lambda t: t.traj_id), summary
 
     def evaluate(self, policy: str) -> dict[str, dict]:
-        """Greedy episodes of `policy` on every evaluation split: {split: summary}."""
+        """Greedy episodes of `policy` on every evaluation split: {split: summary}.
+
+        The splits not yet done play in one rollout (each task once, in split order), so a slot whose episode
+        ends takes the next split's task instead of idling until its own split's longest episode ends; each
+        split's episodes then go to its own file (`eval_file`) and its summary to its stage record."""
+        names = {split: f"eval/{policy}/{split}" for split in self.eval_tasks}
+        pending = [split for split in self.eval_tasks if not self.store.has_stage(names[split])]
+        by_task: dict[str, Trajectory] = {}
+        joint = self.store.path(joint_eval_file(policy))
+        if pending:
+            task_ids = list(dict.fromkeys(task for split in pending for task in self.eval_tasks[split]))
+            trajectories = rollouts.play(
+                self.setup,
+                self.params(policy),
+                self.env_factory,
+                task_ids,
+                joint,
+                greedy=True,
+                samples_per_task=1,
+                seed=0,
+                agent="target" if policy == BASE else policy.rsplit("_", 1)[-1],
+                iteration=None,
+            )
+            by_task = {t.task_id: t for t in trajectories}
+            for split in pending:
+                episodes = [by_task[task] for task in self.eval_tasks[split]]
+                path = self.store.path(eval_file(policy, split))
+                processes.on_primary(f"write {path}", lambda p=path, e=episodes: _write_atomic(p, e))
         out = {}
         for split, task_ids in self.eval_tasks.items():
-            name = f"eval/{policy}/{split}"
-            path = self.store.path(eval_file(policy, split))
-
-            def run(task_ids=task_ids, path=path, split=split):
-                trajectories = rollouts.play(
-                    self.setup,
-                    self.params(policy),
-                    self.env_factory,
-                    task_ids,
-                    path,
-                    greedy=True,
-                    samples_per_task=1,
-                    seed=0,
-                    agent="target" if policy == BASE else policy.rsplit("_", 1)[-1],
-                    iteration=None,
-                )
-                return rollouts.summarize(trajectories)
-
-            out[split] = self.store.stage(name, run)
+            out[split] = self.store.stage(
+                names[split], lambda ids=task_ids: rollouts.summarize([by_task[task] for task in ids])
+            )
+        if pending:
+            processes.on_primary(f"remove {joint}", lambda: os.path.exists(joint) and os.remove(joint))
         return out
 
     # --- training ------------------------------------------------------------------------------------------

@@ -89,6 +89,10 @@ class RunStore:
             if processes.is_primary():  # new fields at their defaults, execution fields as now
                 write_json_atomic(path, config_json)
 
+    def has_stage(self, name: str) -> bool:
+        """Whether stage `name` is done (has a record)."""
+        return name in self._stages
+
     def stage(self, name: str, run: Callable[[], Any]) -> Any:
         """The record of stage `name`: stored if it is done, else `run()`'s (then stored)."""
         if name not in self._stages:
