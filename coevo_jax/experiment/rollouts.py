@@ -145,5 +145,10 @@ def _merge(path: str, parts: Sequence[str]) -> None:
     for source in [path, *parts]:
         for trajectory in read_trajectories(source) if os.path.exists(source) else []:
             merged.setdefault(trajectory.traj_id, trajectory)
+    write_atomic(path, sorted(merged.values(), key=_key))
+
+
+def write_atomic(path: str, trajectories: Sequence[Trajectory]) -> None:
+    """Writes the rollout file `path` whole or not at all (no half-written file after a crash)."""
     with atomic_path(path) as tmp:
-        write_trajectories(tmp, sorted(merged.values(), key=_key))
+        write_trajectories(tmp, trajectories)

@@ -14,10 +14,9 @@ import re
 from collections.abc import Callable, Sequence
 
 from coevo_jax.data.pairs import PreferenceDataset
-from coevo_jax.data.records import Trajectory, read_trajectories, write_trajectories
+from coevo_jax.data.records import Trajectory, read_trajectories
 from coevo_jax.envs.base import Environment
 from coevo_jax.experiment import grpo, phases, processes, rollouts
-from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import POLICIES_DIR, RunStore
 from coevo_jax.train import StepKind
@@ -44,11 +43,6 @@ def joint_eval_file(policy: str) -> str:
     """The workdir-relative rollout file `Stages.evaluate` plays every pending split into (removed once each
     split has its own file and stage record)."""
     return f"{ROLLOUTS_DIR}/{policy}.eval_splits.jsonl"
-
-
-def _write_atomic(path: str, trajectories: Sequence[Trajectory]) -> None:
-    with atomic_path(path) as tmp:
-        write_trajectories(tmp, trajectories)
 
 
 def stage_outputs(stage: str) -> tuple[str, str]:
@@ -195,7 +189,7 @@ class Stages:
             for split in pending:
                 episodes = [by_task[task] for task in self.eval_tasks[split]]
                 path = self.store.path(eval_file(policy, split))
-                processes.on_primary(f"write {path}", lambda p=path, e=episodes: _write_atomic(p, e))
+                processes.on_primary(f"write {path}", lambda p=path, e=episodes: rollouts.write_atomic(p, e))
         out = {}
         for split, task_ids in self.eval_tasks.items():
             out[split] = self.store.stage(
