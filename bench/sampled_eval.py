@@ -71,9 +71,9 @@ def main() -> None:
     run = open_run(workdir)
     cfg, setup, env_factory = run.config, run.setup, run.make_env
     env = env_factory()
-    subset = cfg.env.task_subset
     splits = {
-        split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, subset) for split in cfg.env.eval_splits
+        split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, cfg.env.eval_task_subset)
+        for split in cfg.env.eval_splits
     }
     env.close()
     rewards: dict[str, dict[str, dict[str, list[float]]]] = {}

@@ -5,9 +5,9 @@ on 2 CPU cores. ScienceWorld's gold-path episodes are 2.4x as long as SQL's expe
 with SmolLM2's tokenizer, 406 of them the instruction; 8 of the first 64 are cut at 2,048 at a turn boundary),
 and a SmolLM2 train step runs at ~60 tokens/s on 2 cores in float32 (faster than bfloat16 on CPUs without
 AMX bf16): an SFT epoch over 64 gold paths takes ~26 min per agent. So SFT is one epoch over the first 32 train
-tasks' gold paths in batches of 2 (16 updates), each iteration explores 32 train tasks, and each DPO phase
-makes 2 updates of 4 pairs. The test splits are sorted by task kind (ETO's unseen test lists every boiling task
-first), so the 16 tasks per split are spread over it (`env.task_subset = "spread"`): seen = ETO's dev split,
+tasks' gold paths in batches of 2 (16 updates), each iteration explores those 32 tasks (ETO and co-evolution
+pair an episode with its own task's gold path), and each DPO phase makes 2 updates of 4 pairs. The test splits are sorted by task kind (ETO's unseen test lists every boiling task
+first), so the 16 tasks per split are spread over it (`env.eval_task_subset = "spread"`): seen = ETO's dev split,
 unseen = its test split. Needs Java (launch/install_java.sh).
 
     python -m coevo_jax.main --config=configs/sciworld_smollm2.py --workdir=workdir_sciworld
@@ -24,7 +24,7 @@ from sql_smollm2 import smollm2_config  # noqa: E402
 def get_config():
     config = smollm2_config("sciworld", {"java_max_heap": "384m"}, expert_tasks=32, rows=16)
     config.env.eval_tasks = 16
-    config.env.task_subset = "spread"
+    config.env.eval_task_subset = "spread"
     config.model.compute_dtype = "float32"
     config.sft.epochs = 1
     config.sft.batch_size = 2

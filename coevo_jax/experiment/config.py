@@ -46,15 +46,17 @@ class EnvConfig:
     kwargs: tuple[tuple[str, Any], ...] = ()
     train_split: str = "train"
     eval_splits: tuple[str, ...] = ("test_seen", "test_unseen")
-    explore_tasks: int | None = None  # train tasks explored per iteration (the first N)
-    eval_tasks: int | None = None  # tasks per evaluation split (the first N, or N spread: `task_subset`)
+    # train tasks explored per iteration: the first N (an environment's own experts are its first train tasks',
+    # and ETO and co-evolution pair an explored episode with its task's expert)
+    explore_tasks: int | None = None
+    eval_tasks: int | None = None  # tasks per evaluation split (the first N, or N spread: `eval_task_subset`)
     expert_tasks: int | None = None  # expert trajectories used for SFT (the first N)
     experts_path: str = ""  # a JSONL/JSON trajectory file instead of the environment's own experts
-    task_subset: str = "first"  # how explore/eval tasks are picked: 'first' N or 'spread' over the split
+    eval_task_subset: str = "first"  # how eval_tasks are picked: the 'first' N or N 'spread' over the split
 
     def __post_init__(self):
-        if self.task_subset not in TASK_SUBSETS:
-            raise ValueError(f"env.task_subset {self.task_subset!r}: one of {TASK_SUBSETS}")
+        if self.eval_task_subset not in TASK_SUBSETS:
+            raise ValueError(f"env.eval_task_subset {self.eval_task_subset!r}: one of {TASK_SUBSETS}")
 
 
 @dataclasses.dataclass(frozen=True)

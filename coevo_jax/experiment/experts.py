@@ -7,6 +7,7 @@ the environment's expert generator changes.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from coevo_jax.data.records import Trajectory, read_trajectories, write_trajectories
 from coevo_jax.envs.base import Environment
@@ -30,12 +31,21 @@ def generate_experts(env: Environment, spec: EnvConfig) -> list[Trajectory]:
     return experts
 
 
-def load_or_generate_experts(env: Environment, spec: EnvConfig, workdir: str) -> list[Trajectory]:
-    """The workdir's saved experts, generated (and saved atomically) on the first run."""
+def load_or_generate_experts(
+    env: Environment,
+    spec: EnvConfig,
+    workdir: str,
+    check: Callable[[list[Trajectory]], None] | None = None,
+) -> list[Trajectory]:
+    """The workdir's saved experts, generated (and saved atomically) on the first run.
+
+    `check` (raising on experts the run cannot use) runs before a first run saves them, so a refused set
+    leaves nothing behind."""
     path = os.path.join(workdir, EXPERTS_FILE)
-    if os.path.exists(path):
-        return read_trajectories(path)
-    experts = generate_experts(env, spec)
-    with atomic_path(path) as tmp:
-        write_trajectories(tmp, experts)
+    experts = read_trajectories(path) if os.path.exists(path) else generate_experts(env, spec)
+    if check is not None:
+        check(experts)
+    if not os.path.exists(path):
+        with atomic_path(path) as tmp:
+            write_trajectories(tmp, experts)
     return experts

@@ -211,6 +211,8 @@ def run_coevolve(stages: Stages, iterations: int, on_iteration, *, method: str =
 
 
 FAILURE_AGENT_METHODS = ("coevo", "coevo_positive", "coevo_frozen")  # those that train from `sft_failure`
+# those whose pairs put an explored episode against its task's expert trajectory (eq. 7-8)
+EXPERT_PAIR_METHODS = ("eto", *FAILURE_AGENT_METHODS)
 
 METHOD_RUNNERS = {
     "zero_shot": run_zero_shot,

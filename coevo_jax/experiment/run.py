@@ -23,12 +23,12 @@ from coevo_jax import envs
 from coevo_jax.experiment import processes, report, reuse
 from coevo_jax.experiment.config import COEVOLVE_METHODS, EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
-from coevo_jax.experiment.methods import FAILURE_AGENT_METHODS, METHOD_RUNNERS
+from coevo_jax.experiment.methods import EXPERT_PAIR_METHODS, FAILURE_AGENT_METHODS, METHOD_RUNNERS
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.results import RESULTS_FILE
 from coevo_jax.experiment.stages import Stages
 from coevo_jax.experiment.store import RunStore, write_json_atomic
-from coevo_jax.experiment.task_subsets import pick_tasks
+from coevo_jax.experiment.task_subsets import pick_tasks, tasks_with_experts
 from coevo_jax.experiment.tensorboard import ScalarWriter
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,18 @@ def _scalar_writer(logdir: str):
     return ScalarWriter(logdir) if processes.is_primary() else _NoScalars()
 
 
+def _check_expert_coverage(cfg: ExperimentConfig, train_tasks: list[str], experts: list) -> None:
+    """Refuses a run whose expert-pairing methods (ETO, co-evolution) could pair no explored episode: none of
+    the explored train tasks has an expert trajectory."""
+    expert_pairing = [m for m in cfg.methods if m in EXPERT_PAIR_METHODS]
+    if expert_pairing and train_tasks and not tasks_with_experts(train_tasks, experts):
+        raise ValueError(
+            f"{cfg.env.name}: none of the {len(train_tasks)} explored train tasks (env.explore_tasks) has one "
+            f"of the {len(experts)} expert trajectories (env.expert_tasks, env.experts_path), so "
+            f"{', '.join(expert_pairing)} would build no expert pairs"
+        )
+
+
 def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -> dict:
     """Runs (or resumes) the experiment in `workdir`; returns the results dict also saved there.
 
@@ -110,24 +122,27 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
             log.info(reuse.describe(reused))
         store = RunStore(workdir)
         processes.barrier("workdir read")  # every process read the stage records before any is added
+        train_tasks = pick_tasks(env.tasks(cfg.env.train_split), cfg.env.explore_tasks, "first")
+        eval_tasks = {
+            split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, cfg.env.eval_task_subset)
+            for split in cfg.env.eval_splits
+        }
+        check = lambda e: _check_expert_coverage(cfg, train_tasks, e)  # noqa: E731
+        experts = processes.primary_first(
+            "experts", lambda: load_or_generate_experts(env, cfg.env, store.workdir, check)
+        )
         store.check_config(
             cfg.to_json(), defaults=ExperimentConfig().to_json(), execution_fields=EXECUTION_FIELDS
         )
-        experts = processes.primary_first(
-            "experts", lambda: load_or_generate_experts(env, cfg.env, store.workdir)
-        )
-        subset = cfg.env.task_subset
-        train_tasks = pick_tasks(env.tasks(cfg.env.train_split), cfg.env.explore_tasks, subset)
-        eval_tasks = {
-            split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, subset) for split in cfg.env.eval_splits
-        }
     finally:
         env.close()
+    paired = tasks_with_experts(train_tasks, experts)
     log.info(
-        "%s: %d experts, %d train tasks, eval %s",
+        "%s: %d experts, %d train tasks (%d with an expert), eval %s",
         cfg.env.name,
         len(experts),
         len(train_tasks),
+        len(paired),
         {s: len(t) for s, t in eval_tasks.items()},
     )
     setup = build_setup(cfg, store.workdir, experts)
@@ -140,6 +155,7 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
         "counts": {
             "experts": len(experts),
             "train_tasks": len(train_tasks),
+            "train_tasks_with_experts": len(paired),
             **{f"{s}_tasks": len(t) for s, t in eval_tasks.items()},
         },
     }

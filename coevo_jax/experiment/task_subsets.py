@@ -1,12 +1,17 @@
 """Which tasks of a split a run uses when it uses fewer than all: the first N, or N spread over the split.
 
-Some splits are sorted by task kind (ETO's ScienceWorld unseen test lists every boiling task first), so their
-first N tasks test one kind; `spread` takes every (len/N)-th task instead, keeping the split's mix of kinds.
+Some test splits are sorted by task kind (ETO's ScienceWorld unseen test lists every boiling task first), so
+their first N tasks test one kind; `spread` takes every (len/N)-th task instead, keeping the split's mix of
+kinds. Exploration always takes the first N train tasks: those are the tasks the environment's experts come
+from, and ETO and co-evolution pair an explored episode only with its own task's expert
+(`tasks_with_experts` counts how many can be paired).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+from coevo_jax.data.records import Trajectory
 
 TASK_SUBSETS = ("first", "spread")
 
@@ -22,3 +27,9 @@ def pick_tasks(tasks: Sequence[str], count: int | None, subset: str) -> list[str
     if subset == "first":
         return list(tasks[:count])
     return [tasks[(i * len(tasks)) // count] for i in range(count)]
+
+
+def tasks_with_experts(tasks: Sequence[str], experts: Iterable[Trajectory]) -> list[str]:
+    """The tasks of `tasks` (in order) that have an expert trajectory among `experts`."""
+    covered = {expert.task_id for expert in experts}
+    return [task for task in tasks if task in covered]
