@@ -8,9 +8,10 @@ up to `--live` tokens per row (no prefill), then one `Sampler.decode` call of `-
 under `jax.profiler`. Each XLA op of the decode program (the trace's `hlo_module` names it) is summed over
 the call and named by the JAX operation it came from (`op_name` metadata), so the dots of attention (scores
 `btkge,bkse`, values `bkgts,bkse`) and of the projections (`...k,kn`) show apart. Printed beside it: the
-step's floor, the bytes a step must read (every matmul weight once, the K and V of every row's window)
-over the streaming bandwidth measured in the same run (`ceiling.memory_gbps`). Ops of the two CPU threads
-overlap, so op time may exceed wall time; read shares, not totals. Profiling slows the step a little.
+step's floor, the bytes a step must read (`flops.decode_step_bytes`: every matmul weight once, the K and V
+of every row's window) over the streaming bandwidth measured in the same run (`ceiling.memory_gbps`). Ops of
+the two CPU threads overlap, so op time may exceed wall time; read shares, not totals. Profiling slows the
+step a little.
 """
 
 from __future__ import annotations
@@ -24,8 +25,19 @@ import tempfile
 import time
 
 import ceiling
+import flops
 import numpy as np
 from profile_dpo_step import _op_names
+
+_FLOPS_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+)
 
 
 def _model_config(name: str):
@@ -72,16 +84,6 @@ def _kind(described: str) -> str:
     if path[-1] == "dot_general" and len(path) > 1:
         return f"dot {path[-2]}"
     return path[-1]
-
-
-def floor_bytes(cfg, rows: int, window: int) -> int:
-    """Bytes a decode step must read: every matmul weight once (float32) and each row's window of K and V."""
-    d, f, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    per_layer = d * (h + 2 * k) * e + h * e * d + 3 * d * f
-    weights = cfg.num_layers * per_layer + d * v
-    kv = 2 * cfg.num_layers * rows * k * window * e
-    return 4 * (weights + kv)
 
 
 def main() -> None:
@@ -148,18 +150,24 @@ def main() -> None:
     per_op, calls = collections.Counter(), collections.Counter()
     for event in events:
         op_args = event.get("args") or {}
-        if event.get("ph") == "X" and op_args.get("hlo_module") == "jit_decode" and event["name"] in names:
-            per_op[event["name"]] += event["dur"] / steps  # µs per step
-            calls[event["name"]] += 1
+        name = event.get("name", "")
+        # a `while` op's span holds its body's ops: counted through them
+        if event.get("ph") == "X" and op_args.get("hlo_module") == "jit_decode" and name in names:
+            if name.startswith("while"):
+                continue
+            per_op[name] += event["dur"] / steps  # µs per step
+            calls[name] += 1
     total = sum(per_op.values())
-    floor_ms = floor_bytes(cfg, args.rows, args.window) / (gbps * 1e9) * 1e3
+    model = {field: getattr(cfg, field) for field in _FLOPS_FIELDS}
+    step_bytes = flops.decode_step_bytes(model, args.rows, args.window)
+    floor_ms = step_bytes / (gbps * 1e9) * 1e3
     print(
         f"{args.model}: {args.rows} rows, {args.live} live tokens, window {args.window}, {args.new} new tokens; "
         f"streaming read {gbps:.1f} GB/s"
     )
     print(
         f"decode step {np.median(walls) * 1e3:.2f} ms (unprofiled, median of 3); floor {floor_ms:.2f} ms "
-        f"({floor_bytes(cfg, args.rows, args.window) / 1e6:.0f} MB a step); "
+        f"({step_bytes / 1e6:.0f} MB a step); "
         f"{sum(calls.values()) / steps:.0f} ops a step, {total / 1e3:.2f} ms of op time a step"
     )
     per_kind, kind_calls = collections.Counter(), collections.Counter()
