@@ -73,6 +73,18 @@ def test_greedy_equals_full_forward_argmax_for_rows_of_different_lengths(model):
         assert alone[0].generate(alone[1], [prompt], jax.random.key(0))[0] == tokens
 
 
+def test_a_tied_embedding_model_samples_the_full_forward_argmax():
+    """Tied embeddings (SmolLM2's): the sampler's logits come from the embedding table, as the full forward's."""
+    tied = random_decoder(KITCHEN_SINK.replace(tie_word_embeddings=True), seed=5)
+    assert tied.lm_head is None
+    prompts = _prompts(2, (9, 3))
+    sampler, params = Sampler.for_model(
+        tied, batch_size=2, cache_len=64, sampling=SamplingConfig(max_new_tokens=6)
+    )
+    for prompt, tokens in zip(prompts, sampler.generate(params, prompts, jax.random.key(0)), strict=True):
+        assert tokens == _greedy_reference(tied, prompt, 6)
+
+
 def test_incremental_prefill_and_rollback_match_encoding_the_history_at_once(model):
     sampler, params = Sampler.for_model(model, batch_size=3, cache_len=64)
     history = _prompts(1, (9, 4, 20))
