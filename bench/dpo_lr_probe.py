@@ -2,6 +2,8 @@
 
     python bench/dpo_lr_probe.py --config configs/sql_smollm2.py --run /work/runs/sql_smollm2_v2 \
         --lrs 1e-6,5e-6,2e-5 --dev 16
+    python bench/dpo_lr_probe.py --config configs/sciworld_smollm2.py --run WORKDIR --dev 8 \
+        --set dpo.updates_per_phase=12          # the config's phase, with 12 updates
 
 Starts from a finished run's SFT target policy (`policies/sft_target`) and its iteration-1 exploration
 (`rollouts/sft_target_it1_explore.jsonl`), builds ETO's pairs from them exactly as the main job does, and
@@ -17,6 +19,7 @@ as it finishes, so a killed probe keeps what it measured.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import resource
@@ -36,7 +39,20 @@ def main() -> None:
     parser.add_argument("--dev", type=int, default=16, help="held-out train-split tasks played greedily")
     parser.add_argument("--out", default="dpo_lr_probe.jsonl")
     parser.add_argument("--skip-sft", action="store_true", help="do not evaluate the SFT policy (lr 0)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a config field to change (Python literal), e.g. dpo.updates_per_phase=12; repeatable",
+    )
     args = parser.parse_args()
+    overrides = {"show_progress": False}
+    for item in args.set:
+        field, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected FIELD=VALUE")
+        overrides[field] = ast.literal_eval(value)
 
     import jax
 
@@ -50,7 +66,7 @@ def main() -> None:
     from coevo_jax.experiment.store import RunStore
     from coevo_jax.train import StepKind
 
-    cfg = _load_config(args.config, {"show_progress": False})
+    cfg = _load_config(args.config, overrides)
     run_store = RunStore(args.run)
     run_experts = read_trajectories(run_store.path("experts.jsonl"))
     env_kwargs = dict(cfg.env.kwargs)
@@ -109,6 +125,7 @@ def main() -> None:
         )
         result = {
             "config": args.config,
+            "set": args.set,
             "learning_rate": lr,
             "updates": summary.get("steps", 0),
             "pairs": summary.get("pairs", 0),
