@@ -1,14 +1,20 @@
 """SmolLM2-135M-Instruct (bundled GGUF, offline) on ScienceWorld (ETO's splits): SFT, RFT, ETO, co-evolution.
 
-The SQL config's CPU sizing (`sql_smollm2.smollm2_config`), cut further so that one seed fits about two hours
-on 2 CPU cores. ScienceWorld's gold-path episodes are 2.4x as long as SQL's experts (1,460 tokens on average
-with SmolLM2's tokenizer, 406 of them the instruction; 8 of the first 64 are cut at 2,048 at a turn boundary),
-and a SmolLM2 train step runs at ~60 tokens/s on 2 cores in float32 (faster than bfloat16 on CPUs without
-AMX bf16): an SFT epoch over 64 gold paths takes ~26 min per agent. So SFT is one epoch over the first 32 train
-tasks' gold paths in batches of 2 (16 updates), each iteration explores those 32 tasks (ETO and co-evolution
-pair an episode with its own task's gold path), and each DPO phase makes 2 updates of 4 pairs. The test splits are sorted by task kind (ETO's unseen test lists every boiling task
-first), so the 16 tasks per split are spread over it (`env.eval_task_subset = "spread"`): seen = ETO's dev split,
-unseen = its test split. Needs Java (launch/install_java.sh).
+The SQL config's CPU sizing (`sql_smollm2.smollm2_config`), cut further for 2 CPU cores. ScienceWorld's
+gold-path episodes are 2.4x as long as SQL's experts (1,460 tokens on average with SmolLM2's tokenizer, 406 of
+them the instruction; 8 of the first 64 are cut at 2,048 at a turn boundary), and a SmolLM2 train step runs at
+~60-100 tokens/s on 2 cores in float32 (faster than bfloat16 on CPUs without AMX bf16): an SFT epoch over 64
+gold paths takes ~26 min per agent. So SFT is one epoch over the first 32 train tasks' gold paths in batches of
+2 (16 updates), each iteration explores those 32 tasks (ETO and co-evolution pair an episode with its own
+task's gold path), and each DPO phase makes 2 updates of 4 pairs. The test splits are sorted by task kind
+(ETO's unseen test lists every boiling task first), so the 16 tasks per split are spread over it
+(`env.eval_task_subset = "spread"`): seen = ETO's dev split, unseen = its test split. Needs Java
+(launch/install_java.sh).
+
+Not within two hours: rollouts are most of the time (episodes run to the 2,048-token context, and at that
+length the attention over the KV cache is most of a decode step). Measured on a 2-core AVX2 EPYC, partly
+shared: SFT 10 min per agent, an exploration of the 32 tasks 34 min, an evaluation of both splits ~25 min; with
+five evaluations and two explorations one seed takes about 3.5 hours. The main job resumes where it stopped.
 
     python -m coevo_jax.main --config=configs/sciworld_smollm2.py --workdir=workdir_sciworld
 """
