@@ -27,7 +27,7 @@ import time
 import ceiling
 import flops
 import numpy as np
-from profile_dpo_step import _op_names
+from profile_dpo_step import _kind, _op_names
 
 _FLOPS_FIELDS = (
     "vocab_size",
@@ -75,15 +75,14 @@ def _cache_filler(sampler, live: int, seed: int):
     return fill
 
 
-def _kind(described: str) -> str:
-    """An op's JAX origin, short: the einsum spec of a dot, else the primitive (see profile_dpo_step)."""
-    parts = described.split(maxsplit=1)
-    if len(parts) < 2 or not parts[1].strip():
-        return "(no op_name: layout copy or XLA-inserted)"
-    path = parts[1].split(";")[0].rstrip("/").split("/")
-    if path[-1] == "dot_general" and len(path) > 1:
-        return f"dot {path[-2]}"
-    return path[-1]
+def _origin(described: str) -> str:
+    """An op's JAX primitive (`profile_dpo_step._kind`), a dot's with its einsum spec, so the projections,
+    the unembedding and attention's two products show apart."""
+    kind = _kind(described)
+    if kind != "dot_general":
+        return kind
+    path = described.split(maxsplit=1)[1].split(";")[0].rstrip("/").split("/")
+    return f"dot {path[-2]}" if len(path) > 1 else kind
 
 
 def main() -> None:
@@ -172,7 +171,7 @@ def main() -> None:
     )
     per_kind, kind_calls = collections.Counter(), collections.Counter()
     for name, us in per_op.items():
-        kind = _kind(names[name])
+        kind = _origin(names[name])
         per_kind[kind] += us
         kind_calls[kind] += calls[name] / steps
     print(f"\n{'ms/step':>8} {'share':>6} {'ops/step':>8} {'µs/op':>7}  JAX origin")

@@ -6,10 +6,10 @@ them the instruction; 8 of the first 64 are cut at 2,048 at a turn boundary), an
 ~60-100 tokens/s on 2 cores in float32 (faster than bfloat16 on CPUs without AMX bf16): an SFT epoch over 64
 gold paths takes ~26 min per agent. So SFT is one epoch over the first 32 train tasks' gold paths in batches of
 2 (16 updates), each iteration explores those 32 tasks (ETO and co-evolution pair an episode with its own
-task's gold path), and each DPO phase makes 2 updates of 4 pairs at lr 1e-5 (chosen on held-out train tasks). The test splits are sorted by task kind
-(ETO's unseen test lists every boiling task first), so the 16 tasks per split are spread over it
-(`env.eval_task_subset = "spread"`): seen = ETO's dev split, unseen = its test split. Needs Java
-(launch/install_java.sh).
+task's gold path), and each DPO phase makes 2 updates of 4 pairs at lr 1e-5 (chosen on held-out train tasks).
+The test splits are sorted by task kind (ETO's unseen test lists every boiling task first), so the 16 tasks per
+split are spread over it (`env.eval_task_subset = "spread"`): seen = ETO's dev split, unseen = its test split.
+Needs Java (launch/install_java.sh).
 
 Not within two hours: rollouts are most of the time (episodes run to the 2,048-token context, and at that
 length the attention over the KV cache is most of a decode step). Measured on a 2-core AVX2 EPYC, partly

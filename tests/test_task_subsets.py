@@ -89,8 +89,8 @@ def test_a_run_explores_the_first_train_tasks_whatever_the_eval_subset(tmp_path)
 
 def test_a_run_whose_explored_tasks_have_no_expert_is_refused_before_it_writes(tmp_path):
     """ETO pairs each explored episode with its own task's expert: experts of other tasks would give none."""
-    env = envs.make("builtin", seed=0, num_train=6, num_test_seen=2, num_test_unseen=2)
     cfg = _tiny_builtin_config(explore_tasks=2, expert_tasks=3)
+    env = envs.make("builtin", **dict(cfg.env.kwargs))
     others = [dataclasses.replace(t, task_id=f"other/{t.task_id}") for t in generate_experts(env, cfg.env)]
     path = tmp_path / "experts.jsonl"
     write_trajectories(str(path), others)

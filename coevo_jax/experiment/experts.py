@@ -42,10 +42,11 @@ def load_or_generate_experts(
     `check` (raising on experts the run cannot use) runs before a first run saves them, so a refused set
     leaves nothing behind."""
     path = os.path.join(workdir, EXPERTS_FILE)
-    experts = read_trajectories(path) if os.path.exists(path) else generate_experts(env, spec)
+    saved = os.path.exists(path)
+    experts = read_trajectories(path) if saved else generate_experts(env, spec)
     if check is not None:
         check(experts)
-    if not os.path.exists(path):
+    if not saved:
         with atomic_path(path) as tmp:
             write_trajectories(tmp, experts)
     return experts
