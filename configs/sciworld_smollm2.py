@@ -7,6 +7,9 @@ them the instruction; 8 of the first 64 are cut at 2,048 at a turn boundary), an
 gold paths takes ~26 min per agent. So SFT is one epoch over the first 32 train tasks' gold paths in batches of
 2 (16 updates), each iteration explores those 32 tasks (ETO and co-evolution pair an episode with its own
 task's gold path), and each DPO phase makes 2 updates of 4 pairs at lr 1e-5 (chosen on held-out train tasks).
+Episodes cut at the context limit make pairs too, as failures scored at their last complete turn
+(`dpo.pair_context_limited`): they are most of an exploration (18 of 32 in seed 0's, its one failure above 0.6
+among them), and the loops that fill the context are what DPO should push down.
 The test splits are sorted by task kind (ETO's unseen test lists every boiling task first), so the 16 tasks per
 split are spread over it (`env.eval_task_subset = "spread"`): seen = ETO's dev split, unseen = its test split.
 Needs Java (launch/install_java.sh).
@@ -38,5 +41,6 @@ def get_config():
     # chosen on the 8 train tasks after the 32 expert tasks (bench/dpo_lr_probe.py; bench/README.md): from the
     # SFT policy's 0.180 average reward, 2 updates at 1e-6 left the policy as it was, 1e-5 reached 0.315, 5e-5 0.116
     config.dpo.learning_rates = (1e-5,)
+    config.dpo.pair_context_limited = True
     config.rollout.groups = 1
     return config

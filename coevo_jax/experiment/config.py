@@ -108,6 +108,9 @@ class DPOConfig:
     max_pairs_per_task: int | None = None
     updates_per_phase: int | None = None  # fixed optimizer updates per phase (pairs cycled) instead of epochs
     include_within_agent: bool = False  # D_fail also pairs failures within each agent (not in eq. 6)
+    # episodes that ran out of context also make pairs, as failures scored at their last complete turn (as
+    # one that ran out of steps is); False leaves them out, like episodes an environment error ended
+    pair_context_limited: bool = False
 
     def learning_rate(self, iteration: int) -> float:
         return self.learning_rates[min(iteration, len(self.learning_rates)) - 1]

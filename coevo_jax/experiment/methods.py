@@ -29,7 +29,7 @@ from __future__ import annotations
 from coevo_jax.data import pairs as pair_builders
 from coevo_jax.experiment import coevolve_loop
 from coevo_jax.experiment.config import COEVOLVE_METHODS
-from coevo_jax.experiment.rollouts import usable
+from coevo_jax.experiment.rollouts import pairable, usable
 from coevo_jax.experiment.stages import BASE, SFT_TARGET, Stages
 from coevo_jax.train import StepKind
 
@@ -101,7 +101,9 @@ def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
             f"eto_it{k}_target",
             current,
             lambda explored=explored: pair_builders.build_eto_pairs(
-                stages.experts, usable(explored), max_pairs_per_task=stages.setup.cfg.dpo.max_pairs_per_task
+                stages.experts,
+                pairable(explored, context_limited=stages.setup.cfg.dpo.pair_context_limited),
+                max_pairs_per_task=stages.setup.cfg.dpo.max_pairs_per_task,
             ),
             kind=StepKind.DPO,
             iteration=k,
@@ -126,12 +128,12 @@ def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "
     """
     target, failure = SFT_TARGET, stages.base_sft("failure")
     cap = stages.setup.cfg.dpo.max_pairs_per_task
-    within = stages.setup.cfg.dpo.include_within_agent
+    within, cut = stages.setup.cfg.dpo.include_within_agent, stages.setup.cfg.dpo.pair_context_limited
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
         target_eps, target_summary = stages.explore(target, k)
         failure_eps, failure_summary = stages.explore(failure, k)
-        target_eps, failure_eps = usable(target_eps), usable(failure_eps)
+        target_eps, failure_eps = (pairable(e, context_limited=cut) for e in (target_eps, failure_eps))
         pairs, train = {}, {}
         if variant == "coevo":
             failure, record = stages.train_pairs(

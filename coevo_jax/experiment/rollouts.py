@@ -50,6 +50,17 @@ def usable(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
     return [t for t in trajectories if is_usable(t)]
 
 
+def pairable(trajectories: Sequence[Trajectory], *, context_limited: bool) -> list[Trajectory]:
+    """The episodes a DPO phase may pair: the usable ones, and with `context_limited` (`dpo.pair_context_limited`)
+    also those cut at the context limit, whose messages end at their last complete turn and whose reward is
+    the environment's score there."""
+    return [t for t in trajectories if is_usable(t) or (context_limited and _ended_at_context_limit(t))]
+
+
+def _ended_at_context_limit(trajectory: Trajectory) -> bool:
+    return str(trajectory.extra.get("terminate_reason", "")) == "context_limit"
+
+
 def summarize(trajectories: Sequence[Trajectory], success_threshold: float = 1.0) -> dict:
     """Episodes, average reward, success rate, the failures' count and average reward, and the mean of each
     of the environment's episode metrics (`metrics`, present when the episodes have any)."""
