@@ -1,0 +1,217 @@
+"""Model FLOPs utilisation (MFU) of the DPO step on one accelerator: SmolLM2-135M and a 1B-shaped model.
+
+    python bench/gpu_mfu.py                                   # both models, the default grid, JSON to bench/results
+    python bench/gpu_mfu.py --models smollm2_135m --pairs 4 --length 256 --steps 2   # a seconds-long CPU check
+
+The step is the eq. 7 DPO step as the main job trains it: bfloat16 compute, float32 parameters and AdamW
+moments, reference log-probs cached (attached to the batch), one micro-batch, random initialisation (the
+shapes are what matter). Every pair has two sequences of `--length` tokens, the second half of each marked as
+action tokens. Per model, remat, and pairs per step: `--warmup` untimed steps (the first compiles), then the
+median of `--steps` steps, each blocked until its metrics are on the host.
+
+Useful FLOPs are `bench/flops.py`'s (weight matmuls with the unembedding, causal attention's lower triangle,
+3x the forward; a rematerialised forward is not useful work). MFU is those over the step time, as a fraction
+of the chip's dense bfloat16 peak from its datasheet (`PEAK_BF16_TFLOPS`), and beside it the fraction of the
+bfloat16 matmul ceiling XLA reaches on an 8192^3 product in the same process (`bench/ceiling.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import anchor
+import ceiling
+import flops
+import numpy as np
+
+# Dense bfloat16 tensor-core peaks (TFLOP/s, no sparsity) from NVIDIA's datasheets.
+PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
+
+# The architectures, without their weights: SmolLM2-135M-Instruct's as the bundled GGUF declares it
+# (tests/test_bench_shapes.py checks that they agree), and Llama-3.2-1B's (hidden 2048, 16 layers, 32/8
+# heads, SwiGLU 8192, vocabulary 128,256, tied embeddings).
+MODELS = {
+    "smollm2_135m": dict(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        max_position_embeddings=8192,
+    ),
+    "llama_1b": dict(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_layers=16,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=64,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        max_position_embeddings=131072,
+    ),
+}
+
+
+def model_config(name: str, remat: bool):
+    """`MODELS[name]` as a ModelConfig: bfloat16 compute, float32 parameters."""
+    import jax.numpy as jnp
+
+    from coevo_jax.models import ModelConfig
+
+    return ModelConfig(**MODELS[name], dtype=jnp.bfloat16, remat=remat)
+
+
+def flops_model(cfg) -> dict:
+    """The fields `bench/flops.py` reads, from a ModelConfig."""
+    fields = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
+    return {**{name: getattr(cfg, name) for name in fields}, "head_dim": cfg.head_dim}
+
+
+def peak_tflops(device_kind: str) -> float | None:
+    """The datasheet bfloat16 peak of a device kind such as 'NVIDIA H100 80GB HBM3', or None."""
+    for chip, peak in PEAK_BF16_TFLOPS.items():
+        if chip in device_kind:
+            return peak
+    return None
+
+
+def _batch(pairs: int, length: int, vocab_size: int, seed: int = 0) -> dict:
+    """A collated DPO batch of random ids: `pairs` chosen/rejected sequences, the second half action tokens."""
+    from coevo_jax.data.batching import TokenizedPair, collate_dpo
+    from coevo_jax.data.chat_format import TokenizedTrajectory
+
+    rng = np.random.RandomState(seed)
+    mask = np.zeros(length, bool)
+    mask[length // 2 :] = True
+    side = lambda: TokenizedTrajectory(
+        rng.randint(anchor.FIRST_TOKEN_ID, vocab_size, size=length).astype(np.int32), mask
+    )
+    data = [TokenizedPair(side(), side(), 1.0, 0.0) for _ in range(pairs)]
+    return collate_dpo(data, length=length, pairs_per_batch=pairs, pad_id=anchor.PAD_ID)
+
+
+def bench_case(name: str, remat: bool, pairs: int, length: int, warmup: int, timed: int) -> dict:
+    """Step time, tokens/s and useful TFLOP/s of one (model, remat, pairs) DPO step."""
+    import jax
+
+    from coevo_jax import sharding
+    from coevo_jax.models import abstract_model
+    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
+    from coevo_jax.train.state import init_train_state, state_shardings
+
+    cfg = model_config(name, remat)
+    mesh = sharding.make_mesh(
+        sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), jax.devices()[:1]
+    )
+    rules = sharding.ShardingRules()
+    opt = OptimizerConfig(learning_rate=1e-6, warmup_steps=0, weight_decay=0.0)
+    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, 0.1)
+    graphdef, _ = abstract_model(cfg)
+    shardings = state_shardings(cfg, tx, mesh, rules)
+    steps = build_steps(graphdef, tx, shardings, mesh, rules, ObjectiveConfig())
+    state = init_train_state(cfg, tx, shardings, jax.random.key(0))
+    batch = _batch(pairs, length, cfg.vocab_size)
+    placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
+    chosen, rejected = jax.device_get(steps.reference(state.params, placed))
+    batch["ref_chosen_logps"], batch["ref_rejected_logps"] = np.ravel(chosen), np.ravel(rejected)
+    placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
+
+    start = time.perf_counter()
+    state, metrics = steps.dpo(state, placed, scalars)
+    jax.device_get(metrics["loss"])
+    first_s = time.perf_counter() - start
+    for _ in range(max(warmup - 1, 0)):
+        state, metrics = steps.dpo(state, placed, scalars)
+        jax.device_get(metrics["loss"])
+    times = []
+    for _ in range(timed):
+        start = time.perf_counter()
+        state, metrics = steps.dpo(state, placed, scalars)
+        jax.device_get(metrics["loss"])
+        times.append(time.perf_counter() - start)
+    step = anchor.summarize(times)
+    useful = flops.dpo_step_flops(flops_model(cfg), pairs, length, reference_forward=False)
+    memory = jax.devices()[0].memory_stats() or {}
+    return {
+        "model": name,
+        "remat": remat,
+        "pairs": pairs,
+        "length": length,
+        "first_step_s": first_s,
+        "step": step,
+        "tokens_per_s": 2 * pairs * length / step["median_s"],
+        "useful_tflop_per_step": useful / 1e12,
+        "useful_tflops": useful / step["median_s"] / 1e12,
+        "peak_bytes_in_use": memory.get("peak_bytes_in_use"),
+        "final_loss": float(metrics["loss"]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--pairs", nargs="+", type=int, default=[4, 16])
+    parser.add_argument("--length", type=int, default=2048)
+    parser.add_argument("--remat", nargs="+", default=["on", "off"], choices=["on", "off"])
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--out", default=None, help="results directory (default bench/results)")
+    args = parser.parse_args()
+    import jax
+
+    device_kind = str(jax.devices()[0].device_kind)
+    peak = peak_tflops(device_kind)
+    ceiling_tflops = ceiling.matmul_gflops("bfloat16") / 1e3
+    print(
+        f"{device_kind}: datasheet bf16 peak {peak} TFLOP/s, XLA 8192^3 bf16 matmul {ceiling_tflops:.0f} TFLOP/s"
+    )
+    cases = []
+    for name in args.models:
+        for remat in args.remat:
+            for pairs in args.pairs:
+                try:
+                    case = bench_case(name, remat == "on", pairs, args.length, args.warmup, args.steps)
+                except Exception as error:  # e.g. out of device memory: recorded, the grid goes on
+                    case = {"model": name, "remat": remat == "on", "pairs": pairs, "error": repr(error)[:500]}
+                    print(f"{name} remat={remat} pairs={pairs}: {case['error']}", flush=True)
+                    cases.append(case)
+                    continue
+                case["mfu"] = case["useful_tflops"] / peak if peak else None
+                case["fraction_of_ceiling"] = case["useful_tflops"] / ceiling_tflops
+                cases.append(case)
+                mfu = f"{case['mfu']:.1%}" if peak else "n/a"
+                peak_gib = (case["peak_bytes_in_use"] or 0) / 2**30
+                print(
+                    f"{name:13s} remat={remat:3s} pairs={pairs:3d} x {args.length}: "
+                    f"{case['step']['median_s'] * 1e3:8.1f} ms/step (first {case['first_step_s']:.1f} s) "
+                    f"{case['tokens_per_s']:9.0f} tok/s {case['useful_tflops']:7.1f} TFLOP/s MFU {mfu} "
+                    f"({case['fraction_of_ceiling']:.1%} of the matmul ceiling), peak {peak_gib:.1f} GiB",
+                    flush=True,
+                )
+    anchor.write_result(
+        "gpu_mfu",
+        {
+            "device": device_kind,
+            "jax": jax.__version__,
+            "peak_bf16_tflops": peak,
+            "xla_bf16_matmul_tflops": ceiling_tflops,
+            "models": {name: MODELS[name] for name in args.models},
+            "cases": cases,
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()
