@@ -44,27 +44,55 @@ def _pairs():
     ]
 
 
-def _setup(dtype_name: str):
+def setup_steps(cfg, learning_rate: float, beta: float):
+    """(steps, phase scalars, train state, mesh, rules) of model `cfg` on one device: the main job's steps
+    built for a constant-lr AdamW phase without weight decay, the state randomly initialised."""
     import jax
-    from shapes import anchor_config
 
     from coevo_jax import sharding
     from coevo_jax.models import abstract_model
     from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
     from coevo_jax.train.state import init_train_state, state_shardings
 
-    cfg = anchor_config(dtype_name)
     mesh = sharding.make_mesh(
         sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), jax.devices()[:1]
     )
     rules = sharding.ShardingRules()
-    opt = OptimizerConfig(learning_rate=anchor.DPO["learning_rate"], warmup_steps=0, weight_decay=0.0)
-    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, anchor.DPO["beta"])
+    opt = OptimizerConfig(learning_rate=learning_rate, warmup_steps=0, weight_decay=0.0)
+    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, beta)
     graphdef, _ = abstract_model(cfg)
     shardings = state_shardings(cfg, tx, mesh, rules)
     steps = build_steps(graphdef, tx, shardings, mesh, rules, ObjectiveConfig())
     state = init_train_state(cfg, tx, shardings, jax.random.key(0))
     return steps, scalars, state, mesh, rules
+
+
+def _setup(dtype_name: str):
+    from shapes import anchor_config
+
+    return setup_steps(anchor_config(dtype_name), anchor.DPO["learning_rate"], anchor.DPO["beta"])
+
+
+def time_steps(step, state, batch, scalars, warmup: int, timed: int):
+    """(state, last metrics, seconds of the first call, seconds of each of `timed` calls) of `step` on one
+    batch: the first call (it compiles), `warmup - 1` more untimed, then `timed`; each blocked until its
+    metrics are ready."""
+    import jax
+
+    start = time.perf_counter()
+    state, metrics = step(state, batch, scalars)
+    jax.block_until_ready(metrics)
+    first_s = time.perf_counter() - start
+    for _ in range(max(warmup - 1, 0)):
+        state, metrics = step(state, batch, scalars)
+        jax.block_until_ready(metrics)
+    times = []
+    for _ in range(timed):
+        start = time.perf_counter()
+        state, metrics = step(state, batch, scalars)
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - start)
+    return state, metrics, first_s, times
 
 
 def _collate(pairs, indices, mesh, rules, reference=None):
@@ -115,19 +143,7 @@ def bench_variant(dtype_name: str, warmup: int, timed: int, ceilings: dict) -> d
     chosen, rejected = jax.device_get(steps.reference(state.params, _collate(pairs, first, mesh, rules)))
     batch = _collate(pairs, first, mesh, rules, (np.ravel(chosen), np.ravel(rejected)))
 
-    start = time.perf_counter()
-    state, metrics = steps.dpo(state, batch, scalars)
-    jax.block_until_ready(metrics)
-    compile_s = time.perf_counter() - start
-    for _ in range(max(warmup - 1, 0)):
-        state, metrics = steps.dpo(state, batch, scalars)
-        jax.block_until_ready(metrics)
-    times = []
-    for _ in range(timed):
-        start = time.perf_counter()
-        state, metrics = steps.dpo(state, batch, scalars)
-        jax.block_until_ready(metrics)
-        times.append(time.perf_counter() - start)
+    state, metrics, compile_s, times = time_steps(steps.dpo, state, batch, scalars, warmup, timed)
     step = anchor.summarize(times)
 
     state = run_phase(

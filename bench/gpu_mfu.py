@@ -1,13 +1,13 @@
 """Model FLOPs utilisation (MFU) of the DPO step on one accelerator: SmolLM2-135M and a 1B-shaped model.
 
     python bench/gpu_mfu.py                                   # both models, the default grid, JSON to bench/results
-    python bench/gpu_mfu.py --models smollm2_135m --pairs 4 --length 256 --steps 2   # a seconds-long CPU check
+    python bench/gpu_mfu.py --models smollm2_135m --pairs 4 --length 256 --steps 2   # a CPU check (minutes: compiling dominates)
 
 The step is the eq. 7 DPO step as the main job trains it: bfloat16 compute, float32 parameters and AdamW
 moments, reference log-probs cached (attached to the batch), one micro-batch, random initialisation (the
 shapes are what matter). Every pair has two sequences of `--length` tokens, the second half of each marked as
 action tokens. Per model, remat, and pairs per step: `--warmup` untimed steps (the first compiles), then the
-median of `--steps` steps, each blocked until its metrics are on the host.
+median of `--steps` steps, each blocked until its metrics are ready.
 
 Useful FLOPs are `bench/flops.py`'s (weight matmuls with the unembedding, causal attention's lower triangle,
 3x the forward; a rematerialised forward is not useful work). MFU is those over the step time, as a fraction
@@ -18,10 +18,10 @@ bfloat16 matmul ceiling XLA reaches on an 8192^3 product in the same process (`b
 from __future__ import annotations
 
 import argparse
-import time
 
 import anchor
 import ceiling
+import dpo_throughput
 import flops
 import numpy as np
 
@@ -29,7 +29,7 @@ import numpy as np
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 
 # The architectures, without their weights: SmolLM2-135M-Instruct's as the bundled GGUF declares it
-# (tests/test_bench_shapes.py checks that they agree), and Llama-3.2-1B's (hidden 2048, 16 layers, 32/8
+# (tests/test_bench_gpu_mfu.py checks that they agree), and Llama-3.2-1B's (hidden 2048, 16 layers, 32/8
 # heads, SwiGLU 8192, vocabulary 128,256, tied embeddings).
 MODELS = {
     "smollm2_135m": dict(
@@ -72,8 +72,16 @@ def model_config(name: str, remat: bool):
 
 def flops_model(cfg) -> dict:
     """The fields `bench/flops.py` reads, from a ModelConfig."""
-    fields = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
-    return {**{name: getattr(cfg, name) for name in fields}, "head_dim": cfg.head_dim}
+    fields = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+    )
+    return {name: getattr(cfg, name) for name in fields}
 
 
 def peak_tflops(device_kind: str) -> float | None:
@@ -104,40 +112,17 @@ def bench_case(name: str, remat: bool, pairs: int, length: int, warmup: int, tim
     import jax
 
     from coevo_jax import sharding
-    from coevo_jax.models import abstract_model
-    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
-    from coevo_jax.train.state import init_train_state, state_shardings
 
     cfg = model_config(name, remat)
-    mesh = sharding.make_mesh(
-        sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), jax.devices()[:1]
-    )
-    rules = sharding.ShardingRules()
-    opt = OptimizerConfig(learning_rate=1e-6, warmup_steps=0, weight_decay=0.0)
-    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, 0.1)
-    graphdef, _ = abstract_model(cfg)
-    shardings = state_shardings(cfg, tx, mesh, rules)
-    steps = build_steps(graphdef, tx, shardings, mesh, rules, ObjectiveConfig())
-    state = init_train_state(cfg, tx, shardings, jax.random.key(0))
+    steps, scalars, state, mesh, rules = dpo_throughput.setup_steps(cfg, learning_rate=1e-6, beta=0.1)
     batch = _batch(pairs, length, cfg.vocab_size)
     placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
     chosen, rejected = jax.device_get(steps.reference(state.params, placed))
     batch["ref_chosen_logps"], batch["ref_rejected_logps"] = np.ravel(chosen), np.ravel(rejected)
     placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
-
-    start = time.perf_counter()
-    state, metrics = steps.dpo(state, placed, scalars)
-    jax.device_get(metrics["loss"])
-    first_s = time.perf_counter() - start
-    for _ in range(max(warmup - 1, 0)):
-        state, metrics = steps.dpo(state, placed, scalars)
-        jax.device_get(metrics["loss"])
-    times = []
-    for _ in range(timed):
-        start = time.perf_counter()
-        state, metrics = steps.dpo(state, placed, scalars)
-        jax.device_get(metrics["loss"])
-        times.append(time.perf_counter() - start)
+    state, metrics, first_s, times = dpo_throughput.time_steps(
+        steps.dpo, state, placed, scalars, warmup, timed
+    )
     step = anchor.summarize(times)
     useful = flops.dpo_step_flops(flops_model(cfg), pairs, length, reference_forward=False)
     memory = jax.devices()[0].memory_stats() or {}
