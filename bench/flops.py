@@ -17,6 +17,21 @@ traffic; over the measured memory bandwidth (`bench/ceiling.py`) it gives a floo
 
 from __future__ import annotations
 
+MODEL_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+)
+
+
+def model_fields(cfg) -> dict:
+    """The fields the counts here read (`MODEL_FIELDS`), from a `ModelConfig` or any object that has them."""
+    return {name: getattr(cfg, name) for name in MODEL_FIELDS}
+
 
 def matmul_params(model: dict) -> int:
     """Weights that take part in matmuls, per token (the unembedding included, the embedding not)."""

@@ -70,20 +70,6 @@ def model_config(name: str, remat: bool):
     return ModelConfig(**MODELS[name], dtype=jnp.bfloat16, remat=remat)
 
 
-def flops_model(cfg) -> dict:
-    """The fields `bench/flops.py` reads, from a ModelConfig."""
-    fields = (
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_layers",
-        "num_heads",
-        "num_kv_heads",
-        "head_dim",
-    )
-    return {name: getattr(cfg, name) for name in fields}
-
-
 def peak_tflops(device_kind: str) -> float | None:
     """The datasheet bfloat16 peak of a device kind such as 'NVIDIA H100 80GB HBM3', or None."""
     for chip, peak in PEAK_BF16_TFLOPS.items():
@@ -124,7 +110,7 @@ def bench_case(name: str, remat: bool, pairs: int, length: int, warmup: int, tim
         steps.dpo, state, placed, scalars, warmup, timed
     )
     step = anchor.summarize(times)
-    useful = flops.dpo_step_flops(flops_model(cfg), pairs, length, reference_forward=False)
+    useful = flops.dpo_step_flops(flops.model_fields(cfg), pairs, length, reference_forward=False)
     memory = jax.devices()[0].memory_stats() or {}
     return {
         "model": name,

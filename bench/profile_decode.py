@@ -29,16 +29,6 @@ import flops
 import numpy as np
 from profile_dpo_step import _kind, _op_names
 
-_FLOPS_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_layers",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-)
-
 
 def _model_config(name: str):
     import jax.numpy as jnp
@@ -157,7 +147,7 @@ def main() -> None:
             per_op[name] += event["dur"] / steps  # µs per step
             calls[name] += 1
     total = sum(per_op.values())
-    model = {field: getattr(cfg, field) for field in _FLOPS_FIELDS}
+    model = flops.model_fields(cfg)
     step_bytes = flops.decode_step_bytes(model, args.rows, args.window)
     floor_ms = step_bytes / (gbps * 1e9) * 1e3
     print(

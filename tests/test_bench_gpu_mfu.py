@@ -24,13 +24,13 @@ def test_the_smollm2_shape_is_the_bundled_ggufs():
     assert gpu_mfu.model_config("smollm2_135m", remat=True) == dataclasses.replace(from_gguf, **no_ids)
 
 
-def test_flops_model_counts_the_llama_1b_shape():
+def test_flops_model_fields_count_the_llama_1b_shape():
     cfg = gpu_mfu.model_config("llama_1b", remat=False)
     # Llama-3.2-1B: 1.236e9 parameters, of which the tied embedding is 262.7M; every other weight but the
     # norms takes part in a matmul, and the tied table is read once more as the unembedding.
     norms = cfg.hidden_size * (2 * cfg.num_layers + 1)
     embedding = cfg.vocab_size * cfg.hidden_size
-    assert flops.matmul_params(gpu_mfu.flops_model(cfg)) == 1_235_814_400 - norms
+    assert flops.matmul_params(flops.model_fields(cfg)) == 1_235_814_400 - norms
     assert embedding == 262_668_288
 
 
@@ -55,6 +55,6 @@ def test_one_tiny_case_runs(monkeypatch):
     case = gpu_mfu.bench_case("tiny", remat=True, pairs=2, length=32, warmup=1, timed=1)
     cfg = gpu_mfu.model_config("tiny", remat=True)
     assert case["useful_tflop_per_step"] * 1e12 == pytest.approx(
-        flops.dpo_step_flops(gpu_mfu.flops_model(cfg), 2, 32, reference_forward=False)
+        flops.dpo_step_flops(flops.model_fields(cfg), 2, 32, reference_forward=False)
     )
     assert case["tokens_per_s"] > 0 and jnp.isfinite(case["final_loss"])
