@@ -4,11 +4,14 @@ batched greedy episodes on the test splits through the KV-cache actor.
     python bench/rollout_builtin.py                       # bf16 compute, 8 rows x 2 groups
     python bench/rollout_builtin.py --groups 1 --rows 16  # no env/device overlap
     python bench/rollout_builtin.py --epochs 0            # the untrained (random) policy
+    python bench/rollout_builtin.py --epochs 0 --breakdown  # device time by call kind and cache window
 
 Reports, per split: episodes/s, mean reward and success rate, generated tokens/s over the whole loop
 (end to end: prefill, decode, detokenisation, environment steps) and the host's waits (on the device,
 on the environments). A pure sampler measurement (batch 8, prompt 256, 128 new tokens, greedy, no stop)
-gives the decode tokens/s of the compiled loop alone. JSON goes to --out.
+gives the decode tokens/s of the compiled loop alone. `--breakdown` blocks on every prefill and decode call
+and sums their time by cache window (`CallTimer`), with the turns' live lengths: where the device time
+goes, at the cost of the overlap (its episodes/s are not the throughput). JSON goes to --out.
 """
 
 from __future__ import annotations
@@ -91,6 +94,72 @@ def _sampler_decode_rate(model_cfg, params) -> float:
     return 8 * 128 / float(np.median(times[1:]))
 
 
+class CallTimer:
+    """Times a sampler's device work by call: `prefill` and `decode` wrapped on the instance so that each
+    call blocks until its result is ready (the loop then loses its env/device overlap: a diagnostic, not
+    a throughput measurement).
+
+    `rows()` gives, per (call kind, cache window), the calls, their seconds and, for decode, the loop's
+    steps (the most tokens any row generated in a call: the loop runs until its last row stops) and
+    ms per step (window None: the call chose its own); `live` lists each turn's longest live row (the
+    `window_for` argument)."""
+
+    def __init__(self, sampler):
+        import collections
+
+        import jax
+        import numpy as np
+
+        self.calls = collections.Counter()
+        self.seconds = collections.Counter()
+        self.steps = collections.Counter()
+        self.live: list[int] = []
+        prefill, decode, window_for = sampler.prefill, sampler.decode, sampler.window_for
+
+        def timed_prefill(weights, cache, chunks, start_lengths, window=None):
+            start = time.perf_counter()
+            logits, cache = prefill(weights, cache, chunks, start_lengths, window)
+            jax.block_until_ready(logits)
+            self._add(("prefill", window), time.perf_counter() - start, 0)
+            return logits, cache
+
+        def timed_decode(weights, cache, logits, active, key, window=None):
+            start = time.perf_counter()
+            result, cache = decode(weights, cache, logits, active, key, window)
+            steps = int(np.max(np.asarray(result.counts_B)))  # blocks until the loop is done
+            self._add(("decode", window), time.perf_counter() - start, steps)
+            return result, cache
+
+        def recorded_window_for(live_length: int) -> int:
+            self.live.append(int(live_length))
+            return window_for(live_length)
+
+        sampler.prefill, sampler.decode, sampler.window_for = timed_prefill, timed_decode, recorded_window_for
+
+    def _add(self, key, seconds: float, steps: int) -> None:
+        self.calls[key] += 1
+        self.seconds[key] += seconds
+        self.steps[key] += steps
+
+    def rows(self) -> list[dict]:
+        total = sum(self.seconds.values()) or 1.0
+        rows = []
+        for (kind, window), seconds in self.seconds.most_common():
+            steps = self.steps[(kind, window)]
+            rows.append(
+                {
+                    "kind": kind,
+                    "window": window,
+                    "calls": self.calls[(kind, window)],
+                    "seconds": seconds,
+                    "share": seconds / total,
+                    "decode_steps": steps,
+                    "ms_per_step": seconds / steps * 1e3 if steps else None,
+                }
+            )
+        return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -105,10 +174,16 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=50, help="tasks per test split")
     parser.add_argument("--out", default="bench/results/rollout_builtin.json")
     parser.add_argument("--keep", default=None, help="directory to keep the rollout JSONL files in")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="time each prefill and decode call blocked, by cache window (slower: no env/device overlap)",
+    )
     args = parser.parse_args()
 
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from shapes import anchor_config
 
     from coevo_jax.data.chat_format import chat_format_for
@@ -138,6 +213,7 @@ def main() -> None:
         sampling=SamplingConfig(max_new_tokens=args.max_new_tokens),
         stops=StopConfig(stop_ids=codec.end_of_turn_ids),
     )
+    timer = CallTimer(sampler) if args.breakdown else None
     actor = ModelActor(sampler, params, codec, num_groups=args.groups, stop_strings=("Observation:",))
     factory = lambda: make("builtin", num_test_seen=args.tasks, num_test_unseen=args.tasks)  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
@@ -181,6 +257,23 @@ def main() -> None:
             f"{r['generated_tokens_per_s']:10.0f} {r['host_wait_device_fraction']:9.2f} {r['host_wait_env_fraction']:9.2f}"
         )
     print(f"compiled sampler programs: {results['compilations']}")
+    if timer is not None:
+        results["breakdown"] = timer.rows()
+        live = np.asarray(timer.live)
+        results["live_tokens_percentiles"] = dict(
+            zip((10, 50, 90, 100), np.percentile(live, [10, 50, 90, 100]).tolist(), strict=True)
+        )
+        print(
+            f"\nblocked calls by window (warm-up turns included); longest live row per turn, p10/p50/p90/max: "
+            f"{' / '.join(f'{v:.0f}' for v in results['live_tokens_percentiles'].values())}"
+        )
+        print(f"{'call':8} {'window':>6} {'calls':>6} {'s':>7} {'share':>6} {'steps':>6} {'ms/step':>8}")
+        for row in results["breakdown"]:
+            per_step = f"{row['ms_per_step']:8.2f}" if row["ms_per_step"] else f"{'':>8}"
+            print(
+                f"{row['kind']:8} {str(row['window']):>6} {row['calls']:6d} {row['seconds']:7.2f} {row['share']:6.1%} "
+                f"{row['decode_steps']:6d} {per_step}"
+            )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
