@@ -125,16 +125,17 @@ def test_incremental_chunks_match_whole_history(model, full_logits, cached_step)
 
 
 def test_long_chunks_attending_row_by_row_match_whole_history(model, full_logits, cached_step):
-    """Chunks of 64+ tokens take the row-by-row attention path on the CPU; it equals one pass over all."""
+    """Chunks of 32+ tokens take the row-by-row attention path on the CPU; it equals one pass over all."""
     chunk_a = padded_batch([(70, "left"), (64, "left"), (9, "left")], 72, seed=8)
     chunk_b = padded_batch([(66, "left"), (0, "left"), (70, "left")], 70, seed=9)
-    ids = np.concatenate([chunk_a[0], chunk_b[0]], axis=1)
-    mask = np.concatenate([chunk_a[1], chunk_b[1]], axis=1)
+    chunk_c = padded_batch([(33, "left"), (40, "left"), (5, "left")], 40, seed=10)  # the shortest bucket (32)
+    ids = np.concatenate([chunk_a[0], chunk_b[0], chunk_c[0]], axis=1)
+    mask = np.concatenate([chunk_a[1], chunk_b[1], chunk_c[1]], axis=1)
     expected = np.asarray(full_logits(model, jnp.asarray(ids), jnp.asarray(mask)))
 
-    cache = init_cache(KITCHEN_SINK, batch=3, max_len=160)
+    cache = init_cache(KITCHEN_SINK, batch=3, max_len=200)
     pieces = []
-    for chunk_ids, chunk_mask in (chunk_a, chunk_b):
+    for chunk_ids, chunk_mask in (chunk_a, chunk_b, chunk_c):
         logits, cache = cached_step(model, jnp.asarray(chunk_ids), cache, jnp.asarray(chunk_mask))
         pieces.append(np.asarray(logits))
     assert max_abs_on_valid(np.concatenate(pieces, axis=1), expected, mask) < 1e-5

@@ -58,8 +58,9 @@ from coevo_jax.models.token_shift import shift_cached, shift_full, write_ids
 
 _INIT_STD = 0.02  # HF `initializer_range`; real weights come from checkpoints
 # Cached chunks of at least this many tokens attend row by row on the CPU (`_causal_plan`): 1.6-1.9x
-# faster for a 256-token chunk against 1,024-1,280 slots, no gain below 64 tokens (bench/README.md).
-_ROWS_MAPPED_FROM = 64
+# faster for a 256-token chunk against 1,024-1,280 slots; 32-token chunks 1.1-1.4x (anchor) and 1.0-1.2x
+# (SmolLM2) at 512-2,048 slots; no gain at 16 (bench/README.md).
+_ROWS_MAPPED_FROM = 32
 
 
 def _normal(rngs: nnx.Rngs, shape: tuple[int, ...], dtype) -> jax.Array:
