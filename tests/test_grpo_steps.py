@@ -37,10 +37,15 @@ def sampled(rng: np.random.RandomState, length: int, advantage: float) -> Sample
     return SampledSequence(TokenizedTrajectory(ids, mask), np.zeros(length, np.float32), advantage)
 
 
-def grpo_batch(seed: int, *, rows: int = 8, length: int = 32, real: int | None = None) -> dict:
+def grpo_batch(
+    seed: int, *, rows: int = 8, length: int = 32, real: int | None = None, centered: bool = False
+) -> dict:
+    """`centered`: advantages of mean zero (as a group's normalised ones are), so both signs occur."""
     rng = np.random.RandomState(seed)
     real = rows if real is None else real
     advantages = rng.standard_normal(real)
+    if centered:
+        advantages = advantages - advantages.mean()
     examples = [sampled(rng, int(rng.randint(length // 2, length + 1)), a) for a in advantages]
     return collate_grpo(examples, length=length, batch_size=rows, pad_id=PAD)
 
@@ -142,7 +147,9 @@ def test_grpo_compiles_once_per_bucket_and_follows_the_advantages(single):
     _, shardings, steps, _, rules = setup(mesh, obj=GRPO_OBJ)
     state = fresh_state(shardings)
     seed = fresh_seed()
-    batches = [placed(grpo_batch(seed + k, length=n), mesh, rules) for k, n in enumerate((16, 32))]
+    batches = [
+        placed(grpo_batch(seed + k, length=n, centered=True), mesh, rules) for k, n in enumerate((16, 32))
+    ]
     batches = [with_logps(steps, state.params, b) for b in batches]
     before = [np.asarray(b["old_logps"]) for b in batches]
     for _ in range(4):
