@@ -31,9 +31,8 @@ def test_call_timer_counts_calls_windows_and_decode_steps():
         cache = sampler.init_cache()
         logits, cache = sampler.prefill(params, cache, chunks, [0, 0], window)
         result, _ = sampler.decode(params, cache, logits, [True, turn == 0], jax.random.key(turn), window)
-        assert (
-            int(np.max(np.asarray(result.counts_B))) == 5
-        )  # no stop token: every active row runs to the cap
+        # no stop token: every active row runs to the cap
+        assert int(np.max(np.asarray(result.counts_B))) == 5
 
     assert timer.live == [4, 5]  # what each turn asked `window_for`
     rows = {(row["kind"], row["window"]): row for row in timer.rows()}

@@ -128,7 +128,7 @@ def test_long_chunks_attending_row_by_row_match_whole_history(model, full_logits
     """Chunks of 32+ tokens take the row-by-row attention path on the CPU; it equals one pass over all."""
     chunk_a = padded_batch([(70, "left"), (64, "left"), (9, "left")], 72, seed=8)
     chunk_b = padded_batch([(66, "left"), (0, "left"), (70, "left")], 70, seed=9)
-    chunk_c = padded_batch([(33, "left"), (40, "left"), (5, "left")], 40, seed=10)  # the shortest bucket (32)
+    chunk_c = padded_batch([(33, "left"), (40, "left"), (5, "left")], 40, seed=10)  # 32-63: newly row by row
     ids = np.concatenate([chunk_a[0], chunk_b[0], chunk_c[0]], axis=1)
     mask = np.concatenate([chunk_a[1], chunk_b[1], chunk_c[1]], axis=1)
     expected = np.asarray(full_logits(model, jnp.asarray(ids), jnp.asarray(mask)))
