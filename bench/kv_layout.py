@@ -1,5 +1,5 @@
-"""Decode attention over a KV cache held stacked ([L, B, K, S, E], the layer scan's layout) against one buffer per
-layer, A/B in one run: where a long-context decode step's time goes.
+"""Decode attention over a KV cache held stacked ([L, B, K, S, E], the layer scan's layout; the cache now puts
+the keys' slots last) against one buffer per layer, A/B in one run: where a long-context decode step's time goes.
 
     python bench/kv_layout.py [--layers 6] [--rows 16] [--slots 3072] [--rounds 5]
 

@@ -45,13 +45,14 @@ def _cache_filler(sampler, live: int, seed: int):
     from coevo_jax.models.kv_cache import KVCache
 
     empty = sampler.init_cache()
-    shape = empty.keys.shape  # [L, B, K, S, E]
+    shape = empty.values.shape  # [L, B, K, S, E]; keys are [L, B, K, E, S]
     rng = np.random.default_rng(seed)
     host = []
     for _ in range(2):  # keys, values
         filled = np.zeros(shape, np.float32)
         filled[..., :live, :] = rng.standard_normal((*shape[:3], live, shape[4]), np.float32)
         host.append(filled)
+    host[0] = np.ascontiguousarray(host[0].swapaxes(-1, -2))  # keys: slots last
 
     def fill() -> KVCache:
         ids = empty.token_ids_BxS

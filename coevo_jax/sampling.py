@@ -330,8 +330,8 @@ def copy_prefix(cache: KVCache, prefix: KVCache, rows_B: jax.Array) -> KVCache:
 
     ids = cache.token_ids_BxS
     return cache.replace(
-        keys=put(cache.keys, prefix.keys, 1, 3),  # [L, B, K, S, E]
-        values=put(cache.values, prefix.values, 1, 3),
+        keys=put(cache.keys, prefix.keys, 1, 4),  # [L, B, K, E, S]
+        values=put(cache.values, prefix.values, 1, 3),  # [L, B, K, S, E]
         token_ids_BxS=None if ids is None else put(ids, prefix.token_ids_BxS, 0, 1),  # [B, S]
     )
 
@@ -443,7 +443,7 @@ class Sampler:
         cache = init_cache(self.model_config, self.batch_size, self.cache_len, self.cache_dtype)
         ids = cache.token_ids_BxS
         return KVCache(
-            keys=self._rows(cache.keys, axis=1),  # [L, B, K, S, E]
+            keys=self._rows(cache.keys, axis=1),  # [L, B, K, E, S]
             values=self._rows(cache.values, axis=1),
             lengths_B=self._rows(cache.lengths_B),
             token_ids_BxS=None if ids is None else self._rows(ids),
@@ -508,7 +508,7 @@ class Sampler:
         head = leading_slots(cache, len(tokens))
         ids = head.token_ids_BxS
         return KVCache(
-            keys=head.keys[:, :1],  # [L, B, K, S, E]: the first row
+            keys=head.keys[:, :1],  # [L, B, K, E, S]: the first row
             values=head.values[:, :1],
             lengths_B=head.lengths_B[:1],
             token_ids_BxS=None if ids is None else ids[:1],

@@ -87,7 +87,8 @@ def test_matches_the_dense_path_in_bfloat16():
     bf = lambda x: jnp.asarray(x, jnp.bfloat16)
     length = q.shape[1]
     allowed = jnp.tril(jnp.ones((length, length), bool))[None] & (jnp.asarray(key_mask)[:, None, :] > 0)
-    dense = attend(bf(q), bf(k), bf(v), allowed).astype(np.float32)
+    keys_as_cached = bf(k).swapaxes(-1, -2)  # [B, K, E, S]
+    dense = attend(bf(q), keys_as_cached, bf(v), allowed).astype(np.float32)
     blocked = causal_attention(bf(q), bf(k), bf(v), key_mask, block_size=4, row_chunks=2).astype(np.float32)
     assert blocked.dtype == np.float32
     real = _real_queries(key_mask) > 0

@@ -173,7 +173,7 @@ def test_fresh_chunk_on_the_causal_block_path_matches_the_cached_path(
 
 def test_per_layer_cache_buffers_and_weights_match_the_scan_over_the_stacked_cache(model, cached_step):
     """The decode loop's path (`by_layer` cache, `layer_weights`, layers unrolled) appends a chunk and a
-    token exactly as the scan over the stacked cache does; `stacked` restores the [L, B, K, S, E] layout."""
+    token exactly as the scan over the stacked cache does; `stacked` restores the stacked layout."""
     ids, mask = padded_batch([(5, "left"), (3, "right"), (0, "left")], 5, seed=12)
     step_ids, step_mask = padded_batch([(1, "left"), (1, "left"), (1, "left")], 1, seed=13)
     _, prefilled = cached_step(model, jnp.asarray(ids), init_cache(KITCHEN_SINK, 3, 16), jnp.asarray(mask))

@@ -376,7 +376,12 @@ def test_a_cache_window_samples_and_caches_what_the_whole_cache_does(model):
                 starts = np.asarray(cache.lengths_B).tolist()
                 chunks = [[int(tokens[r, counts[r] - 1])] + observations[r] for r in range(3)]
             lengths = np.asarray(cache.lengths_B)
-            filled = [np.asarray(k)[r, :, : lengths[r]] for k in cache.keys for r in range(3)]
+            filled = (
+                [  # keys [B, K, E, S], values [B, K, S, E] per layer
+                    np.asarray(k)[r, ..., : lengths[r]] for k in cache.keys for r in range(3)
+                ]
+                + [np.asarray(v)[r, :, : lengths[r]] for v in cache.values for r in range(3)]
+            )
             ids = [np.asarray(cache.token_ids_BxS)[r, : lengths[r]] for r in range(3)]
             outputs[name, cfg.greedy] = turns, lengths.tolist(), filled, ids
             if name == "windowed":

@@ -41,7 +41,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.dense import dense
-from coevo_jax.models.kv_cache import KVCache, layer_slots, place_chunk, write_chunk
+from coevo_jax.models.kv_cache import KVCache, layer_slots, place_chunk, write_keys, write_values
 from coevo_jax.models.layers import (
     RMSNorm,
     apply_rope,
@@ -109,9 +109,9 @@ class Attention(nnx.Module):
 
         `mask` is the key mask [B, T] of a full causal pass (no cache), or with a cache the
         [B, T, S] matrix of the slots each query may attend; `layer_cache` is (keys, values, layer): the
-        whole cache's [L, B, K, S, E] arrays and the index of this layer in them. A cache with a [B, T] key
-        mask is a fresh chunk (every row's cache empty): it attends only itself, on the causal block path,
-        which never scores the upper triangle nor the empty slots beyond the chunk.
+        whole cache's [L, B, K, E, S] keys and [L, B, K, S, E] values, and this layer's index in them. A
+        cache with a [B, T] key mask is a fresh chunk (every row's cache empty): it attends only itself, on
+        the causal block path, which never scores the upper triangle nor the empty slots beyond the chunk.
         """
         q_BxTxHxE = self._project(
             x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT, self.q_lora, dropout_key
@@ -125,27 +125,27 @@ class Attention(nnx.Module):
         new_cache = None
         fresh = layer_cache is not None and mask.ndim == 2
         if layer_cache is not None:
-            keys_LxBxKxSxE, values_LxBxKxSxE, layer = layer_cache
-            keys_LxBxKxSxE = write_chunk(keys_LxBxKxSxE, layer, slots_BxT, k_BxKxTxE)
-            values_LxBxKxSxE = write_chunk(values_LxBxKxSxE, layer, slots_BxT, v_BxKxTxE)
-            new_cache = (keys_LxBxKxSxE, values_LxBxKxSxE)
+            keys_LxBxKxExS, values_LxBxKxSxE, layer = layer_cache
+            keys_LxBxKxExS = write_keys(keys_LxBxKxExS, layer, slots_BxT, k_BxKxTxE)
+            values_LxBxKxSxE = write_values(values_LxBxKxSxE, layer, slots_BxT, v_BxKxTxE)
+            new_cache = (keys_LxBxKxExS, values_LxBxKxSxE)
             if fresh:  # attend the chunk's keys as the cache holds them (its dtype), without reading it back
-                cache_dtype = keys_LxBxKxSxE.dtype
+                cache_dtype = keys_LxBxKxExS.dtype
                 k_BxKxTxE = k_BxKxTxE.astype(cache_dtype).astype(self.dtype)
                 v_BxKxTxE = v_BxKxTxE.astype(cache_dtype).astype(self.dtype)
             else:
-                k_BxKxTxE = layer_slots(keys_LxBxKxSxE, layer).astype(self.dtype)
-                v_BxKxTxE = layer_slots(values_LxBxKxSxE, layer).astype(self.dtype)
+                k_BxKxExS = layer_slots(keys_LxBxKxExS, layer).astype(self.dtype)
+                v_BxKxSxE = layer_slots(values_LxBxKxSxE, layer).astype(self.dtype)
         if layer_cache is None or fresh:
             out_BxTxHxE = causal_attention(
                 q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **_causal_plan(mask.shape[0])
             )
         elif q_BxTxHxE.shape[1] >= _ROWS_MAPPED_FROM:  # a long prefill chunk
             out_BxTxHxE = attend_by_rows(
-                q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, _causal_plan(mask.shape[0])["row_chunks"]
+                q_BxTxHxE, k_BxKxExS, v_BxKxSxE, mask, _causal_plan(mask.shape[0])["row_chunks"]
             )
         else:
-            out_BxTxHxE = attend(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask)
+            out_BxTxHxE = attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, mask)
         h, e, d = self.o_kernel.shape
         out_BxTxHE = out_BxTxHxE.reshape(*out_BxTxHxE.shape[:-2], h * e)
         out_BxTxD = dense(out_BxTxHE, self.o_kernel[...].reshape(h * e, d))
@@ -286,8 +286,8 @@ class Decoder(nnx.Module):
         for layer, params in enumerate(layer_weights):
             block = nnx.merge(graphdef, params)
             layer_cache = (cache.keys[layer][None], cache.values[layer][None], 0)  # a stack of one: a view
-            x_BxTxD, (k_1xBxKxSxE, v_1xBxKxSxE) = block(x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT)
-            keys.append(k_1xBxKxSxE[0])
+            x_BxTxD, (k_1xBxKxExS, v_1xBxKxSxE) = block(x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT)
+            keys.append(k_1xBxKxExS[0])
             values.append(v_1xBxKxSxE[0])
         return self.final_norm(x_BxTxD), (tuple(keys), tuple(values))
 

@@ -120,18 +120,21 @@ def apply_rope(x_BxTxNxE: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndar
 
 
 def attend(
-    q_BxTxHxE: jax.Array, k_BxKxSxE: jax.Array, v_BxKxSxE: jax.Array, allowed_BxTxS: jax.Array
+    q_BxTxHxE: jax.Array, k_BxKxExS: jax.Array, v_BxKxSxE: jax.Array, allowed_BxTxS: jax.Array
 ) -> jax.Array:
     """Grouped-query scaled dot-product attention; scores and softmax in float32, output in q's dtype.
 
-    Keys and values come heads-first ([B, K, S, E], the KV cache's layout) so that both contractions
-    keep (b, k) as leading batch dimensions and no operand is transposed.
+    Keys and values come as the KV cache holds them (keys [B, K, E, S], values [B, K, S, E]): with the
+    queries brought to [B, K, G, T, E] (small), both contractions are plain products per (row, head) that
+    read the cache in place, contiguous along what they sum or produce.
     """
     batch, length, num_heads, head_dim = q_BxTxHxE.shape
-    num_kv_heads = k_BxKxSxE.shape[1]
-    q_BxTxKxGxE = q_BxTxHxE.reshape(batch, length, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    num_kv_heads = k_BxKxExS.shape[1]
+    q_BxKxGxTxE = q_BxTxHxE.reshape(
+        batch, length, num_kv_heads, num_heads // num_kv_heads, head_dim
+    ).transpose(0, 2, 3, 1, 4)
     scores_BxKxGxTxS = jnp.einsum(
-        "btkge,bkse->bkgts", q_BxTxKxGxE, k_BxKxSxE, preferred_element_type=jnp.float32
+        "bkgte,bkes->bkgts", q_BxKxGxTxE, k_BxKxExS, preferred_element_type=jnp.float32
     ) * (head_dim**-0.5)
     scores_BxKxGxTxS = jnp.where(allowed_BxTxS[:, None, None], scores_BxKxGxTxS, MASKED_SCORE)
     probs_BxKxGxTxS = jax.nn.softmax(scores_BxKxGxTxS, axis=-1)
@@ -142,7 +145,7 @@ def attend(
 
 def attend_by_rows(
     q_BxTxHxE: jax.Array,
-    k_BxKxSxE: jax.Array,
+    k_BxKxExS: jax.Array,
     v_BxKxSxE: jax.Array,
     allowed_BxTxS: jax.Array,
     row_chunks: int,
@@ -152,13 +155,13 @@ def attend_by_rows(
     A prefill chunk of T tokens against S cached slots scores [K, G, T, S] per row: on the CPU one row's
     scores stay in cache where a whole batch's do not, which made prefill several times faster."""
     if row_chunks <= 1:
-        return attend(q_BxTxHxE, k_BxKxSxE, v_BxKxSxE, allowed_BxTxS)
+        return attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, allowed_BxTxS)
 
     def split(x):
         return x.reshape(row_chunks, x.shape[0] // row_chunks, *x.shape[1:])
 
     out = jax.lax.map(
         lambda args: attend(*args),
-        (split(q_BxTxHxE), split(k_BxKxSxE), split(v_BxKxSxE), split(allowed_BxTxS)),
+        (split(q_BxTxHxE), split(k_BxKxExS), split(v_BxKxSxE), split(allowed_BxTxS)),
     )
     return out.reshape(q_BxTxHxE.shape)
