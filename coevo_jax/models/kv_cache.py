@@ -131,29 +131,33 @@ def place_chunk(lengths_B: jax.Array, mask_BxT: jax.Array, capacity: int) -> Chu
     return ChunkPlacement(positions_BxT, slots_BxT, allowed_BxTxS, new_lengths_B)
 
 
+def _write_slots(
+    stacked: jax.Array, layer: jax.Array, slots_BxT: jax.Array, new_BxKxTxE: jax.Array, *, slots_last: bool
+) -> jax.Array:
+    """Scatters layer `layer`'s chunk into `stacked` at `slots_BxT` (out-of-range slots are dropped); the
+    slots are the last axis (keys) or the one before the head dimension (values)."""
+    batch, heads = stacked.shape[1:3]
+    rows_Bx1x1 = jnp.arange(batch)[:, None, None]
+    heads_1xKx1 = jnp.arange(heads)[None, :, None]
+    slots_Bx1xT = slots_BxT[:, None, :]
+    # With the slots last, the indexed axes are apart (E sits between), so the update is still [B, K, T]
+    # then the sliced E, as it is with the slots before E.
+    index = (layer, rows_Bx1x1, heads_1xKx1) + ((slice(None), slots_Bx1xT) if slots_last else (slots_Bx1xT,))
+    return stacked.at[index].set(new_BxKxTxE.astype(stacked.dtype), mode="drop")
+
+
 def write_keys(
     keys_LxBxKxExS: jax.Array, layer: jax.Array, slots_BxT: jax.Array, new_BxKxTxE: jax.Array
 ) -> jax.Array:
     """Scatters layer `layer`'s chunk of keys into their slots; out-of-range slots are dropped."""
-    batch, heads = keys_LxBxKxExS.shape[1:3]
-    rows_Bx1x1 = jnp.arange(batch)[:, None, None]
-    heads_1xKx1 = jnp.arange(heads)[None, :, None]
-    # the indexed axes are apart (E sits between), so the update is [B, K, T] then the sliced E
-    return keys_LxBxKxExS.at[layer, rows_Bx1x1, heads_1xKx1, :, slots_BxT[:, None, :]].set(
-        new_BxKxTxE.astype(keys_LxBxKxExS.dtype), mode="drop"
-    )
+    return _write_slots(keys_LxBxKxExS, layer, slots_BxT, new_BxKxTxE, slots_last=True)
 
 
 def write_values(
     values_LxBxKxSxE: jax.Array, layer: jax.Array, slots_BxT: jax.Array, new_BxKxTxE: jax.Array
 ) -> jax.Array:
     """Scatters layer `layer`'s chunk of values into their slots; out-of-range slots are dropped."""
-    batch, heads = values_LxBxKxSxE.shape[1:3]
-    rows_Bx1x1 = jnp.arange(batch)[:, None, None]
-    heads_1xKx1 = jnp.arange(heads)[None, :, None]
-    return values_LxBxKxSxE.at[layer, rows_Bx1x1, heads_1xKx1, slots_BxT[:, None, :]].set(
-        new_BxKxTxE.astype(values_LxBxKxSxE.dtype), mode="drop"
-    )
+    return _write_slots(values_LxBxKxSxE, layer, slots_BxT, new_BxKxTxE, slots_last=False)
 
 
 def layer_slots(stacked: jax.Array, layer: jax.Array) -> jax.Array:
