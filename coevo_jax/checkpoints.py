@@ -52,7 +52,9 @@ def base_fingerprint(model_cfg: ModelConfig, base: dict) -> str:
     digest is the same on any mesh and any number of processes, and costs no pass over the whole base.
     """
     samples = _gather_to_host(jax.jit(lambda p: jax.tree.map(_spaced_elements, p))(base))
-    architecture = model_cfg.without_lora().replace(dtype="float32", remat=False)  # not how it computes
+    architecture = model_cfg.without_lora().replace(
+        dtype="float32", remat=False, attention="auto"
+    )  # not how it computes
     digest = hashlib.sha256(repr(architecture).encode())
     for path, values in sorted(jax.tree_util.tree_leaves_with_path(samples), key=lambda x: str(x[0])):
         digest.update(f"{jax.tree_util.keystr(path)}:{values.dtype}".encode())

@@ -158,6 +158,25 @@ def test_remat_gives_the_same_update(single_device_results):
     _assert_same_update(_run_all(mesh, steps, shardings, rules, kinds=()), single_device_results)
 
 
+def test_fused_attention_dispatch_gives_the_same_update_on_a_sharded_mesh(monkeypatch, single_device_results):
+    """`attention='cudnn'` (XLA's implementation standing in for cuDNN on the CPU) under cube2's sharding:
+    the right-padded batches take the fused branch of its `lax.cond`, and the update is the block-wise one."""
+    from coevo_jax.models import decoder
+    from coevo_jax.models.fused_attention import prefix_lengths
+
+    for batch in (sft_batch(0, rows=16, real=13), dpo_batch(1, real=7)):  # `_run_all`'s: all right-padded
+        assert bool(
+            prefix_lengths(
+                np.asarray(batch["attention_mask"]).reshape(-1, batch["attention_mask"].shape[-1])
+            )[1]
+        )
+    monkeypatch.setattr(decoder, "_FUSED_IMPLEMENTATION", "xla")
+    mesh = mesh_of(MESHES["cube2"])
+    fused_cfg = TINY.replace(dtype="float32", attention="cudnn")
+    _, shardings, steps, _, rules = setup(mesh, model_cfg=fused_cfg, return_grads=True)
+    _assert_same_update(_run_all(mesh, steps, shardings, rules), single_device_results)
+
+
 def test_reference_log_probs_with_remat_equal_those_without(single):
     """The reference pass of a remat policy (the SmolLM2 and paper configs) runs and changes nothing."""
     mesh, shardings, steps, rules = single

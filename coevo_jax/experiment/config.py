@@ -78,6 +78,7 @@ class ModelSpec:
     param_dtype: str = "float32"
     sample_dtype: str = "float32"  # rollouts (float32 decodes faster on CPUs)
     remat: bool = False
+    attention: str = "auto"  # full-sequence passes: 'auto' (cuDNN's fused kernel on GPUs), 'blocked', 'cudnn'
     token_shift: int = 0  # scratch: previous tokens mixed into each input (`coevo_jax.models.token_shift`)
     lora_rank: int = 0  # 0: full fine-tuning
     lora_alpha: float = 16.0

@@ -59,6 +59,7 @@ def policy_model(
         dtype=spec.compute_dtype,
         param_dtype=spec.param_dtype,
         remat=spec.remat,
+        attention=spec.attention,
         lora_rank=spec.lora_rank,
         lora_alpha=spec.lora_alpha,
         lora_dropout=spec.lora_dropout,

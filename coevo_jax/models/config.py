@@ -19,6 +19,8 @@ import numpy as np
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 # The projections a LoRA adapter can sit on (attention q/k/v/o, SwiGLU gate/up/down), in a fixed order.
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+# `ModelConfig.attention`: how full-sequence passes attend (see `coevo_jax.models.fused_attention`).
+ATTENTION_CHOICES = ("auto", "blocked", "cudnn")
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
@@ -63,6 +65,9 @@ class ModelConfig:
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     remat: bool = False
+    # How full-sequence passes (training, scoring) attend: 'auto' takes cuDNN's fused kernel on a GPU where it
+    # fits and the block-wise one elsewhere; 'blocked' and 'cudnn' force one (`models.fused_attention`).
+    attention: str = "auto"
     token_shift: int = 0  # previous tokens mixed into each input embedding (`token_shift`); 0 in checkpoints
     # LoRA (`coevo_jax.models.lora`): rank 0 is full fine-tuning; rank r > 0 adds rank-r adapters to the
     # `lora_targets` projections, scaled by lora_alpha / lora_rank, and only they are trained.
@@ -78,6 +83,8 @@ class ModelConfig:
             raise ValueError(f"num_heads={self.num_heads} not a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+        if self.attention not in ATTENTION_CHOICES:
+            raise ValueError(f"attention={self.attention!r} not in {ATTENTION_CHOICES}")
         if self.token_shift < 0:
             raise ValueError(f"token_shift={self.token_shift} must be >= 0")
         self._check_lora()

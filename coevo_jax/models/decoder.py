@@ -5,7 +5,7 @@ SwiGLU MLP. Positions come from the attention mask (`cumsum(mask) - 1`), so left
 both work, and padded keys are never attended. Two entry points share the layers:
 
 * `__call__` / `hidden_states`: full-sequence forward for training and scoring (causal attention
-  block-wise, `causal_attention`);
+  block-wise, `causal_attention`, or on GPUs cuDNN's fused kernel: `ModelConfig.attention`);
 * `forward_cached` / `hidden_states_cached`: append a chunk of tokens to a `KVCache` (prefill,
   incremental prefill of new observations, one-token decoding) with static shapes.
 
@@ -41,6 +41,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.dense import dense
+from coevo_jax.models.fused_attention import fused_causal_attention, uses_fused
 from coevo_jax.models.kv_cache import KVCache, layer_slots, place_chunk, write_keys, write_values
 from coevo_jax.models.layers import (
     RMSNorm,
@@ -56,6 +57,9 @@ from coevo_jax.models.layers import (
 from coevo_jax.models.lora import add_adapters
 from coevo_jax.models.token_shift import shift_cached, shift_full, write_ids
 
+# `jax.nn.dot_product_attention`'s implementation behind `ModelConfig.attention` = 'cudnn' (the tests run
+# the same dispatch on the CPU with 'xla').
+_FUSED_IMPLEMENTATION = "cudnn"
 _INIT_STD = 0.02  # HF `initializer_range`; real weights come from checkpoints
 # Cached chunks of at least this many tokens attend row by row on the CPU (`_causal_plan`): 1.6-1.9x
 # faster for a 256-token chunk against 1,024-1,280 slots; 32-token chunks 1.1-1.4x (anchor) and 1.0-1.2x
@@ -136,7 +140,16 @@ class Attention(nnx.Module):
             else:
                 k_BxKxExS = layer_slots(keys_LxBxKxExS, layer).astype(self.dtype)
                 v_BxKxSxE = layer_slots(values_LxBxKxSxE, layer).astype(self.dtype)
-        if layer_cache is None or fresh:
+        if layer_cache is None and uses_fused(self.config.attention, self.dtype, q_BxTxHxE.shape[-1]):
+            out_BxTxHxE = fused_causal_attention(
+                q_BxTxHxE,
+                k_BxKxTxE,
+                v_BxKxTxE,
+                mask,
+                implementation=_FUSED_IMPLEMENTATION,
+                **_causal_plan(mask.shape[0]),
+            )
+        elif layer_cache is None or fresh:
             out_BxTxHxE = causal_attention(
                 q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **_causal_plan(mask.shape[0])
             )

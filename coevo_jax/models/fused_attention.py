@@ -1,0 +1,76 @@
+"""Causal grouped-query attention for full sequences through cuDNN's fused (flash) kernel, on NVIDIA GPUs.
+
+cuDNN masks padding by a length per row, so it is exact only for rows whose key mask is a prefix (right
+padding, as `data.batching` collates every training and scoring batch). The choice is made on the device:
+a batch whose rows are all prefixes takes the fused kernel, any other (left padding, holes) the block-wise
+`causal_attention`, through one `lax.cond`. Either way query t sees keys s <= t whose mask is nonzero, so
+the result is `causal_attention`'s for every query that has such a key (a row with no key at all is padding
+throughout: the fused path lets it attend its first key, the block-wise one all of them uniformly).
+
+Shape legend: B batch, T length, H query heads, K key/value heads, E head_dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from coevo_jax.models.causal_attention import causal_attention
+from coevo_jax.models.config import ATTENTION_CHOICES
+
+_FUSED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def prefix_lengths(key_mask_BxT: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(keys per row int32 [B], whether every row's mask is a prefix: ones, then zeros)."""
+    valid_BxT = key_mask_BxT != 0
+    lengths_B = jnp.sum(valid_BxT, axis=-1, dtype=jnp.int32)
+    prefix_BxT = jnp.arange(key_mask_BxT.shape[1])[None, :] < lengths_B[:, None]
+    return lengths_B, jnp.all(valid_BxT == prefix_BxT)
+
+
+def uses_fused(attention: str, dtype, head_dim: int) -> bool:
+    """Whether full-sequence passes take `fused_causal_attention` (`ModelConfig.attention`).
+
+    'auto' picks it on a GPU backend when cuDNN's kernel takes the shapes (bf16/fp16 compute, head_dim a
+    multiple of 8 up to 128); 'cudnn' always (and fails where cuDNN is missing); 'blocked' never.
+    """
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"attention={attention!r} not in {ATTENTION_CHOICES}")
+    if attention != "auto":
+        return attention == "cudnn"
+    fits = jnp.dtype(dtype) in _FUSED_DTYPES and head_dim % 8 == 0 and head_dim <= 128
+    return fits and jax.default_backend() == "gpu"
+
+
+def fused_causal_attention(
+    q_BxTxHxE: jax.Array,
+    k_BxKxTxE: jax.Array,
+    v_BxKxTxE: jax.Array,
+    key_mask_BxT: jax.Array,
+    *,
+    implementation: str | None = "cudnn",
+    **blocked_options,
+) -> jax.Array:
+    """`causal_attention(q, k, v, key_mask, **blocked_options)` through cuDNN when every row is a prefix.
+
+    `implementation` is `jax.nn.dot_product_attention`'s ('xla' computes the same masks without cuDNN:
+    the CPU tests' stand-in). Output [B, T, H, E] in q's dtype.
+    """
+    lengths_B, all_prefixes = prefix_lengths(key_mask_BxT)
+
+    def fused(q, k, v, lengths):
+        out_BxTxHxE = jax.nn.dot_product_attention(
+            q,
+            k.swapaxes(1, 2),
+            v.swapaxes(1, 2),
+            is_causal=True,
+            key_value_seq_lengths=jnp.maximum(lengths, 1),
+            implementation=implementation,
+        )
+        return out_BxTxHxE.astype(q.dtype)
+
+    def blocked(q, k, v, _):
+        return causal_attention(q, k, v, key_mask_BxT, **blocked_options)
+
+    return jax.lax.cond(all_prefixes, fused, blocked, q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, lengths_B)

@@ -1,0 +1,130 @@
+"""The fused-attention dispatch (`models.fused_attention`): prefix detection, the fused branch against a float64
+reference, the block-wise fallback for other masks, and the decoder's full forward through it.
+
+cuDNN itself needs an NVIDIA GPU; here the same `jax.nn.dot_product_attention` call runs with XLA's
+implementation, which applies the same length masks (bench/gpu_mfu.py --check compares cuDNN on a GPU).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from model_fixtures import KITCHEN_SINK, padded_batch, random_decoder
+from seeds import fresh_seed
+from test_causal_attention import _reference
+
+from coevo_jax.models import decoder as decoder_module
+from coevo_jax.models import fused_attention
+from coevo_jax.models.causal_attention import causal_attention
+
+
+def test_prefix_lengths_counts_keys_and_detects_right_padding_only():
+    right = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    lengths, all_prefixes = fused_attention.prefix_lengths(jnp.asarray(right))
+    assert lengths.tolist() == [3, 4, 0] and bool(all_prefixes)
+    for not_prefix in ([[0, 1, 1, 1]], [[1, 0, 1, 0]]):  # left padding, a hole
+        lengths, all_prefixes = fused_attention.prefix_lengths(jnp.asarray(not_prefix))
+        assert lengths.tolist() == [3 if not_prefix[0][0] == 0 else 2] and not bool(all_prefixes)
+
+
+def _inputs(seed, key_mask):
+    rng = np.random.default_rng(seed)
+    batch, length = key_mask.shape
+    q = rng.standard_normal((batch, length, 4, 8))
+    k = rng.standard_normal((batch, 2, length, 8))
+    v = rng.standard_normal((batch, 2, length, 8))
+    return q, k, v
+
+
+def _masks():
+    right = np.ones((3, 11), np.int32)
+    right[1, 7:] = 0
+    right[2, 2:] = 0
+    left = right.copy()
+    left[0, :4] = 0  # one left-padded row sends the whole batch to the block-wise path
+    return {"right": right, "left": left}
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+def test_fused_dispatch_matches_float64_reference_and_block_wise_gradients(padding):
+    seed = fresh_seed()
+    key_mask = _masks()[padding]
+    q, k, v = _inputs(seed, key_mask)
+    fused = lambda q, k, v: fused_attention.fused_causal_attention(
+        q, k, v, jnp.asarray(key_mask), implementation="xla", block_size=4
+    )
+    blocked = lambda q, k, v: causal_attention(q, k, v, jnp.asarray(key_mask), block_size=4)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)
+    out = np.asarray(jax.jit(fused)(f32(q), f32(k), f32(v)))
+    seen = (np.tril(np.ones((11, 11), bool))[None] & (key_mask[:, None, :] > 0)).any(-1)  # [B, T]
+    expected = _reference(q, k, v, key_mask)
+    # Every query that sees a key (padded queries after a right-padded row's end included).
+    np.testing.assert_allclose(out[seen], expected[seen], atol=2e-5, err_msg=f"seed={seed}")
+
+    weights = f32(np.random.default_rng(seed + 1).standard_normal(q.shape) * seen[:, :, None, None])
+    grads = lambda fn: jax.jit(jax.grad(lambda *a: jnp.sum(fn(*a) * weights), argnums=(0, 1, 2)))
+    for got, want in zip(
+        grads(fused)(f32(q), f32(k), f32(v)), grads(blocked)(f32(q), f32(k), f32(v)), strict=True
+    ):
+        np.testing.assert_allclose(got, want, atol=2e-5, err_msg=f"seed={seed}")
+
+
+def test_uses_fused_by_choice_backend_and_shape():
+    on_cpu = jax.default_backend() == "cpu"
+    assert fused_attention.uses_fused("cudnn", jnp.float32, 64)
+    assert not fused_attention.uses_fused("blocked", jnp.bfloat16, 64)
+    assert fused_attention.uses_fused("auto", jnp.bfloat16, 64) == (not on_cpu)
+    assert not fused_attention.uses_fused("auto", jnp.float32, 64)  # cuDNN's kernel is bf16/fp16
+    assert not fused_attention.uses_fused("auto", jnp.bfloat16, 160)
+    with pytest.raises(ValueError, match="attention='flash'"):
+        fused_attention.uses_fused("flash", jnp.bfloat16, 64)
+    with pytest.raises(ValueError, match="attention='flash'"):
+        KITCHEN_SINK.replace(attention="flash")
+
+
+# float32, two softmax orders (XLA's whole-row one, the block-wise one): gradients of size ~50 differ in the
+# 5th significant digit.
+TOL = dict(rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("sides", [("right", "right", "right"), ("left", "right", "left")])
+def test_decoder_full_forward_through_the_fused_dispatch_equals_block_wise(monkeypatch, sides):
+    seed = fresh_seed()
+    monkeypatch.setattr(decoder_module, "_FUSED_IMPLEMENTATION", "xla")
+    traced = []  # the layer scan traces its block once per program
+    dispatch = decoder_module.fused_causal_attention
+    monkeypatch.setattr(
+        decoder_module, "fused_causal_attention", lambda *a, **kw: traced.append(1) or dispatch(*a, **kw)
+    )
+    ids, mask = padded_batch(list(zip((9, 6, 11), sides, strict=True)), 11, seed=seed % 991)
+    ids, mask = jnp.asarray(ids), jnp.asarray(mask)
+
+    def run(attention):
+        """Loss, logits and gradients of the same random weights, attending by `attention`."""
+        model = random_decoder(KITCHEN_SINK.replace(remat=True, attention=attention), seed=seed % 1000)
+        graphdef, params = nnx.graphdef(model), nnx.to_pure_dict(nnx.state(model))
+
+        def total(p):
+            logits = nnx.merge(graphdef, p)(ids, mask)
+            return jnp.sum(jnp.where(mask[..., None] > 0, jnp.tanh(logits), 0.0)), logits
+
+        return jax.jit(jax.value_and_grad(total, has_aux=True))(params)
+
+    (_, fused_logits), fused_grads = run("cudnn")
+    assert traced, "attention='cudnn' did not reach the fused dispatch"
+    traced.clear()
+    (_, blocked_logits), blocked_grads = run("blocked")
+    assert not traced
+    real = np.asarray(mask) > 0
+    np.testing.assert_allclose(
+        np.asarray(fused_logits)[real], np.asarray(blocked_logits)[real], **TOL, err_msg=f"seed={seed}"
+    )
+    for (path, got), want in zip(
+        jax.tree_util.tree_leaves_with_path(fused_grads),
+        jax.tree_util.tree_leaves(blocked_grads),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got, want, **TOL, err_msg=f"{jax.tree_util.keystr(path)} seed={seed}")
