@@ -1,13 +1,20 @@
 """Model FLOPs utilisation (MFU) of the DPO step on one accelerator: SmolLM2-135M and a 1B-shaped model.
 
     python bench/gpu_mfu.py                                   # both models, the default grid, JSON to bench/results
-    python bench/gpu_mfu.py --models smollm2_135m --pairs 4 --length 256 --steps 2   # a CPU check (minutes: compiling dominates)
+    python bench/gpu_mfu.py --case llama_1b,off,8,cudnn --case llama_1b,on,8,blocked   # chosen cases, in order
+    python bench/gpu_mfu.py --check --case smollm2_135m,off,8,cudnn   # cuDNN against block-wise attention first
+    python bench/gpu_mfu.py --models smollm2_135m --pairs 4 --length 256 --steps 2 --attention blocked   # a CPU check
 
 The step is the eq. 7 DPO step as the main job trains it: bfloat16 compute, float32 parameters and AdamW
 moments, reference log-probs cached (attached to the batch), one micro-batch, random initialisation (the
 shapes are what matter). Every pair has two sequences of `--length` tokens, the second half of each marked as
-action tokens. Per model, remat, and pairs per step: `--warmup` untimed steps (the first compiles), then the
-median of `--steps` steps, each blocked until its metrics are ready.
+action tokens. Per model, remat, pairs per step and attention (`ModelConfig.attention`: the block-wise kernel
+or cuDNN's fused one): `--warmup` untimed steps (the first compiles), then the median of `--steps` steps, each
+blocked until its metrics are ready. The JSON is rewritten after every case, so a run cut short keeps the cases
+it finished.
+
+`--check` first compares the two attention paths on a 2-layer SmolLM2-shaped model in bfloat16 (right-padded
+rows of several lengths): the logits and gradients of each against a float32 block-wise reference.
 
 Useful FLOPs are `bench/flops.py`'s (weight matmuls with the unembedding, causal attention's lower triangle,
 3x the forward; a rematerialised forward is not useful work). MFU is those over the step time, as a fraction
@@ -18,6 +25,7 @@ bfloat16 matmul ceiling XLA reaches on an 8192^3 product in the same process (`b
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import anchor
 import ceiling
@@ -61,13 +69,13 @@ MODELS = {
 }
 
 
-def model_config(name: str, remat: bool):
+def model_config(name: str, remat: bool, attention: str = "auto"):
     """`MODELS[name]` as a ModelConfig: bfloat16 compute, float32 parameters."""
     import jax.numpy as jnp
 
     from coevo_jax.models import ModelConfig
 
-    return ModelConfig(**MODELS[name], dtype=jnp.bfloat16, remat=remat)
+    return ModelConfig(**MODELS[name], dtype=jnp.bfloat16, remat=remat, attention=attention)
 
 
 def peak_tflops(device_kind: str) -> float | None:
@@ -93,13 +101,15 @@ def _batch(pairs: int, length: int, vocab_size: int, seed: int = 0) -> dict:
     return collate_dpo(data, length=length, pairs_per_batch=pairs, pad_id=anchor.PAD_ID)
 
 
-def bench_case(name: str, remat: bool, pairs: int, length: int, warmup: int, timed: int) -> dict:
-    """Step time, tokens/s and useful TFLOP/s of one (model, remat, pairs) DPO step."""
+def bench_case(
+    name: str, remat: bool, pairs: int, length: int, warmup: int, timed: int, attention: str = "auto"
+) -> dict:
+    """Step time, tokens/s and useful TFLOP/s of one (model, remat, pairs, attention) DPO step."""
     import jax
 
     from coevo_jax import sharding
 
-    cfg = model_config(name, remat)
+    cfg = model_config(name, remat, attention)
     steps, scalars, state, mesh, rules = dpo_throughput.setup_steps(cfg, learning_rate=1e-6, beta=0.1)
     batch = _batch(pairs, length, cfg.vocab_size)
     placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
@@ -115,6 +125,7 @@ def bench_case(name: str, remat: bool, pairs: int, length: int, warmup: int, tim
     return {
         "model": name,
         "remat": remat,
+        "attention": attention,
         "pairs": pairs,
         "length": length,
         "first_step_s": first_s,
@@ -122,9 +133,82 @@ def bench_case(name: str, remat: bool, pairs: int, length: int, warmup: int, tim
         "tokens_per_s": 2 * pairs * length / step["median_s"],
         "useful_tflop_per_step": useful / 1e12,
         "useful_tflops": useful / step["median_s"] / 1e12,
-        "peak_bytes_in_use": memory.get("peak_bytes_in_use"),
+        "peak_bytes_in_use": memory.get("peak_bytes_in_use"),  # the process's so far, not this case's
         "final_loss": float(metrics["loss"]),
     }
+
+
+def attention_check(length: int = 512, seed: int = 0) -> dict:
+    """Both attention paths in bfloat16 against the block-wise one in float32, on a 2-layer SmolLM2 shape.
+
+    Four right-padded rows of different lengths; the loss is the sum of the real tokens' log-probs (as the
+    train steps' is). Returns, per path, max |x - reference| / max |reference| over the real positions'
+    logits and over all gradients: cuDNN passes when its errors are within 2x the block-wise path's.
+    """
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from coevo_jax.models import ModelConfig, decoder
+    from coevo_jax.models.decoder import Decoder
+
+    if jax.default_backend() != "gpu":  # no cuDNN: a dry run of the check with XLA's implementation
+        decoder._FUSED_IMPLEMENTATION = "xla"
+    reference_cfg = ModelConfig(**dict(MODELS["smollm2_135m"], num_layers=2), attention="blocked")
+    params = nnx.to_pure_dict(nnx.state(Decoder(reference_cfg, rngs=nnx.Rngs(seed))))
+    rng = np.random.RandomState(seed)
+    lengths = np.array([length, 3 * length // 4, length // 2, length // 4 + 3])
+    ids = rng.randint(anchor.FIRST_TOKEN_ID, reference_cfg.vocab_size, size=(len(lengths), length))
+    mask = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
+    ids, mask = jnp.asarray(np.where(mask > 0, ids, anchor.PAD_ID), jnp.int32), jnp.asarray(mask)
+    real = mask[:, 1:] > 0
+
+    def run(dtype, attention):
+        cfg = reference_cfg.replace(dtype=dtype, attention=attention)
+        graphdef = nnx.graphdef(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0))))
+
+        def loss(p):
+            logits = nnx.merge(graphdef, p)(ids, mask)[:, :-1].astype(jnp.float32)
+            token_logps = jnp.take_along_axis(jax.nn.log_softmax(logits), ids[:, 1:, None], axis=-1)[..., 0]
+            return jnp.sum(jnp.where(real, token_logps, 0.0)), logits
+
+        (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+        flat = jnp.concatenate([g.astype(jnp.float32).ravel() for g in jax.tree.leaves(grads)])
+        return np.asarray(jnp.where(real[..., None], logits, 0.0)), np.asarray(flat)
+
+    reference = run(jnp.float32, "blocked")
+    errors = {}
+    for attention in ("blocked", "cudnn"):
+        got = run(jnp.bfloat16, attention)
+        errors[attention] = {
+            name: float(np.max(np.abs(x - ref)) / np.max(np.abs(ref)))
+            for name, x, ref in zip(("logits", "grads"), got, reference, strict=True)
+        }
+    passed = all(errors["cudnn"][k] <= 2 * errors["blocked"][k] + 1e-6 for k in ("logits", "grads"))
+    implementation = decoder._FUSED_IMPLEMENTATION
+    return {
+        "implementation": implementation,
+        "lengths": lengths.tolist(),
+        "relative_errors": errors,
+        "passed": passed,
+    }
+
+
+def _cases(args) -> list[tuple[str, bool, int, str]]:
+    """(model, remat, pairs, attention) in run order: each `--case`, else the grid of the other options."""
+    if not args.case:
+        return list(
+            itertools.product(args.models, [r == "on" for r in args.remat], args.pairs, args.attention)
+        )
+    cases = []
+    for spec in args.case:
+        fields = spec.split(",")
+        if len(fields) != 4 or fields[0] not in MODELS or fields[1] not in ("on", "off"):
+            raise SystemExit(
+                f"--case {spec!r}: expected MODEL,on|off,PAIRS,ATTENTION with MODEL in {list(MODELS)}"
+            )
+        cases.append((fields[0], fields[1] == "on", int(fields[2]), fields[3]))
+    return cases
 
 
 def main() -> None:
@@ -135,53 +219,66 @@ def main() -> None:
     parser.add_argument("--pairs", nargs="+", type=int, default=[4, 16])
     parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--remat", nargs="+", default=["on", "off"], choices=["on", "off"])
+    parser.add_argument("--attention", nargs="+", default=["auto"], choices=["auto", "blocked", "cudnn"])
+    parser.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="MODEL,REMAT,PAIRS,ATTENTION",
+        help="one case, e.g. llama_1b,off,8,cudnn (repeatable; replaces the grid)",
+    )
+    parser.add_argument("--check", action="store_true", help="compare cuDNN and block-wise attention first")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", default=None, help="results directory (default bench/results)")
     args = parser.parse_args()
+    cases = _cases(args)
     import jax
 
     device_kind = str(jax.devices()[0].device_kind)
     peak = peak_tflops(device_kind)
     ceiling_tflops = ceiling.matmul_gflops("bfloat16") / 1e3
     print(
-        f"{device_kind}: datasheet bf16 peak {peak} TFLOP/s, XLA 8192^3 bf16 matmul {ceiling_tflops:.0f} TFLOP/s"
+        f"{device_kind}: datasheet bf16 peak {peak} TFLOP/s, XLA 8192^3 bf16 matmul {ceiling_tflops:.0f} TFLOP/s",
+        flush=True,
     )
-    cases = []
-    for name in args.models:
-        for remat in args.remat:
-            for pairs in args.pairs:
-                try:
-                    case = bench_case(name, remat == "on", pairs, args.length, args.warmup, args.steps)
-                except Exception as error:  # e.g. out of device memory: recorded, the grid goes on
-                    case = {"model": name, "remat": remat == "on", "pairs": pairs, "error": repr(error)[:500]}
-                    print(f"{name} remat={remat} pairs={pairs}: {case['error']}", flush=True)
-                    cases.append(case)
-                    continue
-                case["mfu"] = case["useful_tflops"] / peak if peak else None
-                case["fraction_of_ceiling"] = case["useful_tflops"] / ceiling_tflops
-                cases.append(case)
-                mfu = f"{case['mfu']:.1%}" if peak else "n/a"
-                peak_gib = (case["peak_bytes_in_use"] or 0) / 2**30
-                print(
-                    f"{name:13s} remat={remat:3s} pairs={pairs:3d} x {args.length}: "
-                    f"{case['step']['median_s'] * 1e3:8.1f} ms/step (first {case['first_step_s']:.1f} s) "
-                    f"{case['tokens_per_s']:9.0f} tok/s {case['useful_tflops']:7.1f} TFLOP/s MFU {mfu} "
-                    f"({case['fraction_of_ceiling']:.1%} of the matmul ceiling), peak {peak_gib:.1f} GiB",
-                    flush=True,
-                )
-    anchor.write_result(
-        "gpu_mfu",
-        {
-            "device": device_kind,
-            "jax": jax.__version__,
-            "peak_bf16_tflops": peak,
-            "xla_bf16_matmul_tflops": ceiling_tflops,
-            "models": {name: MODELS[name] for name in args.models},
-            "cases": cases,
-        },
-        args.out,
-    )
+    record = {
+        "device": device_kind,
+        "jax": jax.__version__,
+        "peak_bf16_tflops": peak,
+        "xla_bf16_matmul_tflops": ceiling_tflops,
+        "models": {name: MODELS[name] for name in sorted({case[0] for case in cases})},
+        "cases": [],
+    }
+    if args.check:
+        try:
+            record["attention_check"] = attention_check()
+        except Exception as error:  # recorded; the timed cases still run
+            record["attention_check"] = {"error": repr(error)[:500]}
+        print(f"attention check: {record['attention_check']}", flush=True)
+        anchor.write_result("gpu_mfu", record, args.out)
+    for name, remat, pairs, attention in cases:
+        label = f"{name:13s} remat={'on' if remat else 'off':3s} pairs={pairs:3d} attention={attention:7s}"
+        try:
+            case = bench_case(name, remat, pairs, args.length, args.warmup, args.steps, attention)
+        except Exception as error:  # e.g. out of device memory: recorded, the grid goes on
+            case = {"model": name, "remat": remat, "pairs": pairs, "attention": attention}
+            case["error"] = repr(error)[:500]
+            print(f"{label}: {case['error']}", flush=True)
+        else:
+            case["mfu"] = case["useful_tflops"] / peak if peak else None
+            case["fraction_of_ceiling"] = case["useful_tflops"] / ceiling_tflops
+            mfu = f"{case['mfu']:.1%}" if peak else "n/a"
+            peak_gib = (case["peak_bytes_in_use"] or 0) / 2**30
+            print(
+                f"{label} x {args.length}: "
+                f"{case['step']['median_s'] * 1e3:8.1f} ms/step (first {case['first_step_s']:.1f} s) "
+                f"{case['tokens_per_s']:9.0f} tok/s {case['useful_tflops']:7.1f} TFLOP/s MFU {mfu} "
+                f"({case['fraction_of_ceiling']:.1%} of the matmul ceiling), process peak {peak_gib:.1f} GiB",
+                flush=True,
+            )
+        record["cases"].append(case)
+        anchor.write_result("gpu_mfu", record, args.out)
 
 
 if __name__ == "__main__":
