@@ -128,3 +128,24 @@ def test_decoder_full_forward_through_the_fused_dispatch_equals_block_wise(monke
         strict=True,
     ):
         np.testing.assert_allclose(got, want, **TOL, err_msg=f"{jax.tree_util.keystr(path)} seed={seed}")
+
+
+@pytest.mark.parametrize(
+    ("backend", "kind", "capability", "expected"),
+    [
+        ("gpu", "NVIDIA H100 80GB HBM3", "9.0", True),
+        ("gpu", "NVIDIA A100-SXM4-40GB", "8.0", True),
+        ("gpu", "Tesla V100-SXM2-16GB", "7.0", False),  # before Ampere: no cuDNN flash attention
+        ("gpu", "AMD Instinct MI300X", "gfx942", False),  # ROCm is a 'gpu' backend too, without cuDNN
+        ("gpu", "a GPU without the attribute", None, False),
+        ("cpu", "cpu", None, False),
+    ],
+)
+def test_auto_picks_cudnn_on_nvidia_gpus_from_ampere_on(monkeypatch, backend, kind, capability, expected):
+    class FakeDevice:
+        device_kind = kind
+        compute_capability = capability
+
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    monkeypatch.setattr(jax, "devices", lambda *a: [FakeDevice()])
+    assert fused_attention.uses_fused("auto", jnp.bfloat16, 64) == expected

@@ -32,15 +32,30 @@ def prefix_lengths(key_mask_BxT: jax.Array) -> tuple[jax.Array, jax.Array]:
 def uses_fused(attention: str, dtype, head_dim: int) -> bool:
     """Whether full-sequence passes take `fused_causal_attention` (`ModelConfig.attention`).
 
-    'auto' picks it on a GPU backend when cuDNN's kernel takes the shapes (bf16/fp16 compute, head_dim a
-    multiple of 8 up to 128); 'cudnn' always (and fails where cuDNN is missing); 'blocked' never.
+    'auto' picks it on an NVIDIA GPU from Ampere on when cuDNN's kernel takes the shapes (bf16/fp16 compute,
+    head_dim a multiple of 8 up to 128); 'cudnn' always (and fails where cuDNN is missing); 'blocked' never.
     """
     if attention not in ATTENTION_CHOICES:
         raise ValueError(f"attention={attention!r} not in {ATTENTION_CHOICES}")
     if attention != "auto":
         return attention == "cudnn"
     fits = jnp.dtype(dtype) in _FUSED_DTYPES and head_dim % 8 == 0 and head_dim <= 128
-    return fits and jax.default_backend() == "gpu"
+    return fits and _cudnn_flash_device()
+
+
+def _cudnn_flash_device() -> bool:
+    """Whether the default device is an NVIDIA GPU of compute capability 8.0 or newer (cuDNN's flash
+    attention needs Ampere). ROCm GPUs are a 'gpu' backend too, without cuDNN: their capability is a
+    'gfx...' name, not a number."""
+    if jax.default_backend() != "gpu":
+        return False
+    device = jax.devices()[0]
+    capability = getattr(device, "compute_capability", None)
+    try:
+        major = int(str(capability).split(".")[0])
+    except ValueError:
+        return False
+    return major >= 8
 
 
 def fused_causal_attention(
