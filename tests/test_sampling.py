@@ -17,6 +17,8 @@ from coevo_jax.sampling import (
     Sampler,
     SamplingConfig,
     StopConfig,
+    categorical,
+    first_argmax,
     left_pad,
     sample_tokens,
 )
@@ -220,6 +222,41 @@ def test_sampling_distribution_matches_numpy_reference(temperature, top_k, top_p
     observed = np.bincount(samples, minlength=12) / draws
     assert np.all(observed[expected == 0] == 0), "a token outside the top-k/top-p set was sampled"
     np.testing.assert_allclose(observed, expected, atol=0.015)
+
+
+@pytest.mark.parametrize("vocab", [5, 128, 129, 620, 1000, 8192])
+def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab):
+    seed = int(np.random.SeedSequence().entropy % 2**31)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 4, size=(7, vocab)).astype(np.float64)  # a handful of values: many ties
+    x[1] = -np.inf  # every value -inf: index 0
+    x[2, rng.integers(vocab)] = np.inf
+    x[3, rng.choice(vocab, size=min(3, vocab), replace=False)] = np.nan  # the first NaN wins
+    x[4, -1] = 10.0  # the maximum in the last (padded) block
+    x[5] = 2.0  # all equal: index 0
+    for dtype in (jnp.float32, jnp.bfloat16):
+        got = np.asarray(jax.jit(first_argmax)(jnp.asarray(x, dtype)))
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
+    stacked = jnp.asarray(np.stack([x, x[::-1]]), jnp.float32)  # leading axes beyond one
+    np.testing.assert_array_equal(
+        np.asarray(first_argmax(stacked)), np.argmax(np.stack([x, x[::-1]]), axis=-1)
+    )
+
+
+def test_categorical_draws_what_jax_random_categorical_draws():
+    seed = int(np.random.SeedSequence().entropy % 2**31)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    logits = jnp.asarray(rng.standard_normal((6, 700)) * 3.0, jnp.float32)
+    for _ in range(4):
+        key = jax.random.key(int(rng.integers(1 << 30)))
+        expected = jax.random.categorical(key, logits, axis=-1)
+        np.testing.assert_array_equal(np.asarray(categorical(key, logits)), np.asarray(expected))
+        keys = jax.random.split(key, 6)  # a key per row
+        expected = jax.vmap(jax.random.categorical)(keys, logits)
+        np.testing.assert_array_equal(np.asarray(jax.jit(categorical)(keys, logits)), np.asarray(expected))
 
 
 def test_greedy_and_tiny_top_p_are_argmax():
