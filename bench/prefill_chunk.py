@@ -1,5 +1,5 @@
 """Prefill of a chunk into the KV cache, A/B: attention over the whole batch at once against row by row
-(`layers.attend_by_rows`, what `Decoder` uses on the CPU for chunks of 64+ tokens).
+(`layers.attend_cached_rows`, what `Decoder` uses on the CPU for chunks of 32+ tokens).
 
     python bench/prefill_chunk.py [--rounds 4]
 
@@ -28,7 +28,6 @@ def main() -> None:
     from flax import nnx
 
     import coevo_jax.models.decoder as decoder
-    from coevo_jax.models import layers
     from coevo_jax.models.config import ModelConfig
     from coevo_jax.sampling import Sampler, SamplingConfig
 
@@ -52,12 +51,12 @@ def main() -> None:
         for t in lengths
     }
     starts = [0] + [400] * 7
-    by_rows = decoder.attend_by_rows
+    by_rows = decoder.attend_cached_rows
     variants = {}
     for name in ("whole batch", "row by row"):
         # the programs are traced now, under this variant's attention; later calls reuse them
-        decoder.attend_by_rows = (
-            by_rows if name == "row by row" else lambda q, k, v, m, r: layers.attend(q, k, v, m)
+        decoder.attend_cached_rows = (
+            by_rows if name == "row by row" else lambda q, k, v, layer, m, r: by_rows(q, k, v, layer, m, 1)
         )
         sampler, params = Sampler.for_model(
             model,
@@ -69,7 +68,7 @@ def main() -> None:
         for (w, _), chunks in cases.items():
             sampler.prefill(params, sampler.init_cache(), chunks, starts, w)
         variants[name] = sampler, params
-    decoder.attend_by_rows = by_rows
+    decoder.attend_cached_rows = by_rows
     times = {}
     for _ in range(args.rounds):
         for (w, t), chunks in cases.items():

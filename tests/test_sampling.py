@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from model_fixtures import KITCHEN_SINK, VOCAB, random_decoder, with_config
+from seeds import fresh_seed
 
 from coevo_jax.sampling import (
     CACHE_FULL,
@@ -226,9 +227,7 @@ def test_sampling_distribution_matches_numpy_reference(temperature, top_k, top_p
 
 @pytest.mark.parametrize("vocab", [5, 128, 129, 620, 1000, 8192])
 def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab):
-    seed = int(np.random.SeedSequence().entropy % 2**31)
-    print("seed", seed)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(fresh_seed())
     x = rng.integers(-3, 4, size=(7, vocab)).astype(np.float64)  # a handful of values: many ties
     x[1] = -np.inf  # every value -inf: index 0
     x[2, rng.integers(vocab)] = np.inf
@@ -246,9 +245,7 @@ def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab):
 
 
 def test_categorical_draws_what_jax_random_categorical_draws():
-    seed = int(np.random.SeedSequence().entropy % 2**31)
-    print("seed", seed)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(fresh_seed())
     logits = jnp.asarray(rng.standard_normal((6, 700)) * 3.0, jnp.float32)
     for _ in range(4):
         key = jax.random.key(int(rng.integers(1 << 30)))

@@ -47,7 +47,7 @@ from coevo_jax.models.layers import (
     RMSNorm,
     apply_rope,
     attend,
-    attend_by_rows,
+    attend_cached_rows,
     batch_shards,
     constrain,
     param,
@@ -154,8 +154,8 @@ class Attention(nnx.Module):
                 q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **_causal_plan(mask.shape[0])
             )
         elif q_BxTxHxE.shape[1] >= _ROWS_MAPPED_FROM:  # a long prefill chunk
-            out_BxTxHxE = attend_by_rows(
-                q_BxTxHxE, k_BxKxExS, v_BxKxSxE, mask, _causal_plan(mask.shape[0])["row_chunks"]
+            out_BxTxHxE = attend_cached_rows(
+                q_BxTxHxE, *new_cache, layer, mask, _causal_plan(mask.shape[0])["row_chunks"]
             )
         else:
             out_BxTxHxE = attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, mask)
