@@ -42,11 +42,10 @@ from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.dense import dense
 from coevo_jax.models.fused_attention import fused_causal_attention, uses_fused
-from coevo_jax.models.kv_cache import KVCache, layer_slots, place_chunk, write_keys, write_values
+from coevo_jax.models.kv_cache import KVCache, place_chunk, write_keys, write_values
 from coevo_jax.models.layers import (
     RMSNorm,
     apply_rope,
-    attend,
     attend_cached_rows,
     batch_shards,
     constrain,
@@ -137,9 +136,6 @@ class Attention(nnx.Module):
                 cache_dtype = keys_LxBxKxExS.dtype
                 k_BxKxTxE = k_BxKxTxE.astype(cache_dtype).astype(self.dtype)
                 v_BxKxTxE = v_BxKxTxE.astype(cache_dtype).astype(self.dtype)
-            else:
-                k_BxKxExS = layer_slots(keys_LxBxKxExS, layer).astype(self.dtype)
-                v_BxKxSxE = layer_slots(values_LxBxKxSxE, layer).astype(self.dtype)
         if layer_cache is None and uses_fused(self.config.attention, self.dtype, q_BxTxHxE.shape[-1]):
             out_BxTxHxE = fused_causal_attention(
                 q_BxTxHxE,
@@ -153,12 +149,10 @@ class Attention(nnx.Module):
             out_BxTxHxE = causal_attention(
                 q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **_causal_plan(mask.shape[0])
             )
-        elif q_BxTxHxE.shape[1] >= _ROWS_MAPPED_FROM:  # a long prefill chunk
-            out_BxTxHxE = attend_cached_rows(
-                q_BxTxHxE, *new_cache, layer, mask, _causal_plan(mask.shape[0])["row_chunks"]
-            )
-        else:
-            out_BxTxHxE = attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, mask)
+        else:  # the cached slots: a long prefill chunk row by row, anything shorter (decode) at once
+            long_chunk = q_BxTxHxE.shape[1] >= _ROWS_MAPPED_FROM
+            row_chunks = _causal_plan(mask.shape[0])["row_chunks"] if long_chunk else 1
+            out_BxTxHxE = attend_cached_rows(q_BxTxHxE, *new_cache, layer, mask, row_chunks)
         h, e, d = self.o_kernel.shape
         out_BxTxHE = out_BxTxHxE.reshape(*out_BxTxHxE.shape[:-2], h * e)
         out_BxTxD = dense(out_BxTxHE, self.o_kernel[...].reshape(h * e, d))

@@ -18,6 +18,7 @@ from flax import nnx
 from flax.core import spmd as flax_spmd
 
 from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.kv_cache import layer_slots
 
 MASKED_SCORE = float(np.finfo(np.float32).min)  # finite, so fully-masked rows give a uniform softmax, not NaN
 
@@ -152,7 +153,8 @@ def attend_cached_rows(
     row_chunks: int,
 ) -> jax.Array:
     """`attend` over layer `layer` of the stacked cache (keys [L, B, K, E, S], values [L, B, K, S, E]), in
-    `row_chunks` sequential chunks of the batch rows (a `lax.map`; it must divide B).
+    `row_chunks` sequential chunks of the batch rows (a `lax.map`; it must divide B); with one chunk (decode,
+    short chunks, accelerators) over the whole layer at once.
 
     A prefill chunk of T tokens against S cached slots scores [K, G, T, S] per row: on the CPU one row's
     scores stay in cache where a whole batch's do not, which made prefill several times faster. Each chunk of
@@ -160,9 +162,10 @@ def attend_cached_rows(
     first and then its rows copied the keys and values two to three times (a fifth of a rollout prefill)."""
     batch = q_BxTxHxE.shape[0]
     if row_chunks <= 1:
-        layer_keys, layer_values = keys_LxBxKxExS[layer], values_LxBxKxSxE[layer]
         dtype = q_BxTxHxE.dtype
-        return attend(q_BxTxHxE, layer_keys.astype(dtype), layer_values.astype(dtype), allowed_BxTxS)
+        k_BxKxExS = layer_slots(keys_LxBxKxExS, layer).astype(dtype)
+        v_BxKxSxE = layer_slots(values_LxBxKxSxE, layer).astype(dtype)
+        return attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, allowed_BxTxS)
     if batch % row_chunks:
         raise ValueError(f"row_chunks={row_chunks} must divide the batch of {batch}")
     rows = batch // row_chunks
