@@ -12,7 +12,8 @@ Per batch size: one warm-up run (compiles prefill and decode), then the median o
   comes from the prefill's logits).
 Bounds (`bench/flops.py`, `bench/ceiling.py`): a decode step must read every matmul weight and every
 row's whole KV cache, so bytes per step over the measured streaming bandwidth is a floor on its time;
-the prefill's useful FLOPs over the measured matmul ceiling are a floor on the prefill. Together they cap
+the prefill's useful FLOPs (`flops.prefill_flops`: every prompt token through the layers, the unembedding
+for the last one only) over the measured matmul ceiling are a floor on the prefill. Together they cap
 the end-to-end new tokens/s any implementation of this model can reach on this machine.
 """
 
@@ -38,7 +39,7 @@ def bounds(dtype_name: str, batch: int, gbps: float, gflops: float) -> dict:
         anchor.MODEL, batch, PROMPT + NEW, bytes_per_value=jnp.dtype(dtype_name).itemsize
     )
     step_floor_s = step_bytes / (gbps * 1e9)
-    prefill_floor_s = batch * flops.forward_flops(anchor.MODEL, PROMPT) / (gflops * 1e9)
+    prefill_floor_s = batch * flops.prefill_flops(anchor.MODEL, PROMPT) / (gflops * 1e9)
     return {
         "decode_step_bytes": step_bytes,
         "decode_step_floor_ms": step_floor_s * 1e3,

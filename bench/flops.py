@@ -49,6 +49,13 @@ def forward_flops(model: dict, length: int) -> float:
     return weights + attention
 
 
+def prefill_flops(model: dict, length: int) -> float:
+    """Useful FLOPs of a generation prefill over a `length`-token prompt: the forward pass of every token
+    through the layers, but the unembedding of the last token only (generating needs that one's logits)."""
+    unembedding_of_the_rest = 2.0 * (length - 1) * model["hidden_size"] * model["vocab_size"]
+    return forward_flops(model, length) - unembedding_of_the_rest
+
+
 def dpo_step_flops(model: dict, pairs: int, length: int, reference_forward: bool) -> float:
     """Useful FLOPs of one DPO step: policy forward+backward on 2*pairs sequences (+ a reference forward)."""
     sequences = 2 * pairs

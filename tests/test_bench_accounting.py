@@ -65,6 +65,14 @@ def test_forward_flops_against_a_per_query_count(length):
     assert step == pytest.approx(2 * 3 * 4 * expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("length", [1, 7, 64])
+def test_prefill_flops_unembed_only_the_last_token(length):
+    # A generation prefill needs the next-token logits of the prompt's last token only.
+    unembedding = 2.0 * SMALL["hidden_size"] * SMALL["vocab_size"]
+    layers_only = flops.forward_flops(SMALL, length) - length * unembedding
+    assert flops.prefill_flops(SMALL, length) == pytest.approx(layers_only + unembedding, rel=1e-12)
+
+
 @pytest.mark.parametrize("batch, cache_len", [(1, 16), (5, 40)])
 def test_decode_step_bytes_match_weights_and_cache(batch, cache_len):
     cache = jax.eval_shape(lambda: init_cache(_config(SMALL), batch, cache_len))
