@@ -18,6 +18,7 @@ from flax import nnx
 from flax.core import spmd as flax_spmd
 
 from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.cpu_kernels import prefix_attention, prefix_attention_applies
 from coevo_jax.models.kv_cache import layer_slots
 
 MASKED_SCORE = float(np.finfo(np.float32).min)  # finite, so fully-masked rows give a uniform softmax, not NaN
@@ -159,15 +160,33 @@ def attend_cached_rows(
     A prefill chunk of T tokens against S cached slots scores [K, G, T, S] per row: on the CPU one row's
     scores stay in cache where a whole batch's do not, which made prefill several times faster. Each chunk of
     rows is one slice [rows, K, E, S] of the stacked arrays, cast to q's dtype there: slicing the layer out
-    first and then its rows copied the keys and values two to three times (a fifth of a rollout prefill)."""
-    batch = q_BxTxHxE.shape[0]
+    first and then its rows copied the keys and values two to three times (a fifth of a rollout prefill).
+
+    `allowed_BxTxS` must let each query attend a prefix of the slots, as `kv_cache.place_chunk` makes it. In
+    float32 on the CPU the hand-written `cpu_kernels.prefix_attention` then serves every chunk: it reads only
+    each query's prefix, not the whole window, in one pass (`bench/README.md`, session 15)."""
+    batch, length, num_heads, head_dim = q_BxTxHxE.shape
+    if batch % max(row_chunks, 1):
+        raise ValueError(f"row_chunks={row_chunks} must divide the batch of {batch}")
+    if prefix_attention_applies(q_BxTxHxE.dtype, keys_LxBxKxExS.dtype, head_dim):
+        num_kv_heads = keys_LxBxKxExS.shape[2]
+        groups = num_heads // num_kv_heads
+        q_BxKxQxE = (
+            q_BxTxHxE.reshape(batch, length, num_kv_heads, groups, head_dim)
+            .transpose(0, 2, 3, 1, 4)
+            .reshape(batch, num_kv_heads, groups * length, head_dim)
+        )  # Q = G * T, g-major, as the kernel takes them
+        limits_BxT = jnp.sum(allowed_BxTxS, axis=-1, dtype=jnp.int32)
+        out_BxKxQxE = prefix_attention(q_BxKxQxE, keys_LxBxKxExS, values_LxBxKxSxE, layer, limits_BxT)
+        out_BxTxKxGxE = out_BxKxQxE.reshape(batch, num_kv_heads, groups, length, head_dim).transpose(
+            0, 3, 1, 2, 4
+        )
+        return out_BxTxKxGxE.reshape(q_BxTxHxE.shape)
     if row_chunks <= 1:
         dtype = q_BxTxHxE.dtype
         k_BxKxExS = layer_slots(keys_LxBxKxExS, layer).astype(dtype)
         v_BxKxSxE = layer_slots(values_LxBxKxSxE, layer).astype(dtype)
         return attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, allowed_BxTxS)
-    if batch % row_chunks:
-        raise ValueError(f"row_chunks={row_chunks} must divide the batch of {batch}")
     rows = batch // row_chunks
 
     def split(x):

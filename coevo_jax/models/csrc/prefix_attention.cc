@@ -1,0 +1,211 @@
+// Grouped-query attention of queries over a prefix of cached slots, for XLA:CPU (an XLA FFI handler).
+//
+// XLA's CPU backend must attend every slot of the cache window (static shapes) in three separate passes
+// (scores, softmax, values), its small batched products reading the keys at a third of the memory
+// bandwidth. This kernel reads, per (row, kv head), only the slots each query may attend (a prefix whose
+// length the caller gives), scores, normalises and mixes them in one pass, and splits the (row, kv head)
+// pairs over XLA's intra-op threads. Written as plain loops for the compiler to vectorise
+// (-O3 -march=native): nothing here is specific to one instruction set.
+//
+//   queries [B, K, Q, E]    f32  Q query vectors per kv head (a group's G heads times T positions, g-major)
+//   keys    [L, B, K, E, S] f32  the stacked cache's layout: slots last
+//   values  [L, B, K, S, E] f32
+//   layer   []              s32  which of the L layers to read (in place: no slice is copied out)
+//   limits  [B, T]          s32  query (g, t) of row b attends slots [0, limits[b, t]); 0: output zeros
+//   out     [B, K, Q, E] f32    softmax(q . k * scale) . v over the prefix
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// exp(x) for x <= 0 (softmax arguments), as a loop body the compiler vectorises: x = n ln2 + r with
+// |r| <= ln2 / 2, a degree-6 polynomial for exp(r) (relative error below 2e-7), 2^n built in the exponent.
+inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);  // below: 0 to float precision (2^-126 is the smallest normal)
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float r = std::fma(n, -0.693145751953125f, std::fma(n, -1.428606765330187e-06f, x));
+  float p = 1.0f / 720.0f;
+  p = std::fma(p, r, 1.0f / 120.0f);
+  p = std::fma(p, r, 1.0f / 24.0f);
+  p = std::fma(p, r, 1.0f / 6.0f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+struct Shapes {
+  int64_t B, K, Q, E, S, T;
+};
+
+// One (row, kv head): its queries in blocks of `kBlock` (a decode step's G heads, or a chunk's consecutive
+// positions of one head, whose prefixes differ by one slot each), each block reading the keys and values of
+// its longest prefix once, slot block by slot block; every query then normalises over its own prefix.
+constexpr int64_t kBlock = 8;     // queries scored together
+constexpr int64_t kSlots = 256;   // slots per block: kBlock x kSlots scores stay in L1
+
+void attend_pair(const Shapes& d, float scale, const float* __restrict q, const float* __restrict k,
+                 const float* __restrict v, const int32_t* limits, float* __restrict out,
+                 float* __restrict scores) {
+  for (int64_t first = 0; first < d.Q; first += kBlock) {
+    const int64_t count = std::min(kBlock, d.Q - first);
+    int64_t prefix[kBlock], longest = 0;
+    for (int64_t j = 0; j < count; ++j) {
+      prefix[j] = std::clamp<int64_t>(limits[(first + j) % d.T], 0, d.S);
+      longest = std::max(longest, prefix[j]);
+    }
+    float* result = out + first * d.E;
+    if (longest == 0) {
+      std::fill(result, result + count * d.E, 0.0f);
+      continue;
+    }
+    float query[kBlock][256];  // scaled queries (E <= 256)
+    for (int64_t j = 0; j < count; ++j) {
+      for (int64_t e = 0; e < d.E; ++e) query[j][e] = q[(first + j) * d.E + e] * scale;
+    }
+    std::fill(scores, scores + count * d.S, 0.0f);
+    for (int64_t s0 = 0; s0 < longest; s0 += kSlots) {
+      const int64_t s1 = std::min(longest, s0 + kSlots);
+      for (int64_t e = 0; e < d.E; ++e) {
+        const float* key_row = k + e * d.S;
+        if (s1 < longest) __builtin_prefetch(key_row + s1);
+        for (int64_t j = 0; j < count; ++j) {
+          const float qe = query[j][e];
+          float* row = scores + j * d.S;
+#pragma omp simd
+          for (int64_t s = s0; s < s1; ++s) row[s] += qe * key_row[s];
+        }
+      }
+    }
+    for (int64_t j = 0; j < count; ++j) {  // probabilities over [0, prefix), zeros beyond
+      float* row = scores + j * d.S;
+      const int64_t n = prefix[j];
+      if (n > 0) {
+        float top = row[0];
+#pragma omp simd reduction(max : top)
+        for (int64_t s = 0; s < n; ++s) top = std::max(top, row[s]);
+        float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+        for (int64_t s = 0; s < n; ++s) {
+          row[s] = exp_nonpositive(row[s] - top);
+          total += row[s];
+        }
+        const float inverse = 1.0f / total;
+#pragma omp simd
+        for (int64_t s = 0; s < n; ++s) row[s] *= inverse;
+      }
+      std::fill(row + n, row + longest, 0.0f);
+    }
+    float mixed[kBlock][256];
+    for (int64_t j = 0; j < count; ++j) std::fill(mixed[j], mixed[j] + d.E, 0.0f);
+    for (int64_t s = 0; s < longest; ++s) {
+      const float* value_row = v + s * d.E;
+      __builtin_prefetch(value_row + 8 * d.E);
+      for (int64_t j = 0; j < count; ++j) {
+        const float p = scores[j * d.S + s];
+#pragma omp simd
+        for (int64_t e = 0; e < d.E; ++e) mixed[j][e] += p * value_row[e];
+      }
+    }
+    for (int64_t j = 0; j < count; ++j) std::copy(mixed[j], mixed[j] + d.E, result + j * d.E);
+  }
+}
+
+void attend_pairs(const Shapes& d, float scale, const float* q, const float* k, const float* v,
+                  const int32_t* limits, float* out, int64_t begin, int64_t end) {
+  std::vector<float> scores(kBlock * d.S);
+  for (int64_t pair = begin; pair < end; ++pair) {
+    const int64_t b = pair / d.K;
+    attend_pair(d, scale, q + pair * d.Q * d.E, k + pair * d.E * d.S, v + pair * d.S * d.E,
+                limits + b * d.T, out + pair * d.Q * d.E, scores.data());
+  }
+}
+
+// Work shared by the calling thread and the tasks it schedules: chunks of (row, kv head) pairs taken from
+// an atomic counter, so a task that starts late finds nothing left and the caller never waits on a task
+// that has not started. Owned jointly (shared_ptr): a late task may outlive the call.
+struct Work {
+  Shapes d;
+  float scale;
+  const float *q, *k, *v;
+  const int32_t* limits;
+  float* out;
+  int64_t chunk, chunks;
+  std::atomic<int64_t> next{0}, done{0};
+
+  void run() {
+    for (int64_t c; (c = next.fetch_add(1)) < chunks;) {
+      const int64_t begin = c * chunk, end = std::min(begin + chunk, d.B * d.K);
+      attend_pairs(d, scale, q, k, v, limits, out, begin, end);
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+ffi::Error PrefixAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> queries,
+                               ffi::Buffer<ffi::F32> keys, ffi::Buffer<ffi::F32> values,
+                               ffi::Buffer<ffi::S32> layer, ffi::Buffer<ffi::S32> limits,
+                               ffi::ResultBuffer<ffi::F32> out, float scale) {
+  const auto qd = queries.dimensions(), kd = keys.dimensions(), vd = values.dimensions();
+  const auto ld = limits.dimensions();
+  if (qd.size() != 4 || kd.size() != 5 || vd.size() != 5 || ld.size() != 2 || layer.element_count() != 1) {
+    return ffi::Error::InvalidArgument(
+        "prefix_attention: expected 4-d queries, 5-d keys and values, a scalar layer, 2-d limits");
+  }
+  const Shapes d{qd[0], qd[1], qd[2], qd[3], kd[4], ld[1]};
+  if (d.E > 256) {
+    return ffi::Error::InvalidArgument("prefix_attention: head_dim above 256");
+  }
+  if (kd[1] != d.B || kd[2] != d.K || kd[3] != d.E || vd[0] != kd[0] || vd[1] != d.B || vd[2] != d.K ||
+      vd[3] != d.S || vd[4] != d.E || ld[0] != d.B || d.T == 0 || d.Q % d.T != 0) {
+    return ffi::Error::InvalidArgument("prefix_attention: inconsistent shapes");
+  }
+  const int64_t index = layer.typed_data()[0];
+  if (index < 0 || index >= kd[0]) {
+    return ffi::Error::InvalidArgument("prefix_attention: layer index out of range");
+  }
+  const int64_t layer_size = d.B * d.K * d.E * d.S;
+  auto work = std::make_shared<Work>();
+  work->d = d;
+  work->scale = scale;
+  work->q = queries.typed_data();
+  work->k = keys.typed_data() + index * layer_size;
+  work->v = values.typed_data() + index * layer_size;
+  work->limits = limits.typed_data();
+  work->out = out->typed_data();
+  const int64_t pairs = d.B * d.K;
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), pairs));
+  work->chunks = std::min<int64_t>(pairs, threads * 4);
+  work->chunk = (pairs + work->chunks - 1) / work->chunks;
+  work->chunks = (pairs + work->chunk - 1) / work->chunk;
+  for (int64_t t = 1; t < threads; ++t) pool.Schedule([work] { work->run(); });
+  work->run();
+  while (work->done.load(std::memory_order_acquire) < work->chunks) std::this_thread::yield();
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PrefixAttentionF32, PrefixAttentionImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("scale"));

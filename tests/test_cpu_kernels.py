@@ -1,0 +1,164 @@
+"""The hand-written CPU attention kernel (`models.cpu_kernels`) against float64 NumPy, and the decode loop
+with it against the decode loop on XLA's path."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from seeds import fresh_seed
+
+from coevo_jax.models import Decoder, ModelConfig, cpu_kernels, layers
+from coevo_jax.models.kv_cache import place_chunk
+from coevo_jax.models.layers import attend_cached_rows
+from coevo_jax.sampling import Sampler, SamplingConfig
+
+pytestmark = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler to build the CPU kernels"
+)
+
+
+def _reference(q_BxKxQxE, keys_BxKxExS, values_BxKxSxE, limits_BxT):
+    """float64 softmax(q . k / sqrt(E)) . v over each query's slot prefix; zeros for an empty prefix."""
+    batch, kv_heads, queries, dim = q_BxKxQxE.shape
+    out = np.zeros(q_BxKxQxE.shape)
+    for b in range(batch):
+        for k in range(kv_heads):
+            for j in range(queries):
+                n = limits_BxT[b, j % limits_BxT.shape[1]]
+                if n == 0:
+                    continue
+                scores = q_BxKxQxE[b, k, j].astype(np.float64) @ keys_BxKxExS[b, k, :, :n] / np.sqrt(dim)
+                probs = np.exp(scores - scores.max())
+                out[b, k, j] = probs / probs.sum() @ values_BxKxSxE[b, k, :n]
+    return out
+
+
+@pytest.mark.parametrize(
+    "batch, kv_heads, groups, length, dim, slots",
+    [(1, 1, 1, 1, 8, 1), (3, 2, 2, 1, 32, 100), (8, 4, 2, 1, 32, 384), (2, 3, 3, 1, 64, 517), (2, 1, 4, 3, 128, 40),
+     (2, 2, 2, 19, 32, 300)],
+)  # fmt: skip
+def test_prefix_attention_matches_float64(batch, kv_heads, groups, length, dim, slots):
+    rng = np.random.default_rng(fresh_seed())
+    layers = 3
+    q = rng.standard_normal((batch, kv_heads, groups * length, dim)).astype(np.float32) * 4  # peaked softmax
+    keys = rng.standard_normal((layers, batch, kv_heads, dim, slots)).astype(np.float32)
+    values = rng.standard_normal((layers, batch, kv_heads, slots, dim)).astype(np.float32)
+    limits = rng.integers(0, slots + 1, (batch, length)).astype(np.int32)
+    limits[0, 0] = slots  # the whole window
+    if batch * length > 1:
+        limits[-1, -1] = 0  # an empty prefix
+    assert cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, dim)
+    run = jax.jit(cpu_kernels.prefix_attention)
+    for layer in range(layers):
+        got = run(q, keys, values, layer, limits)
+        expected = _reference(q, keys[layer].astype(np.float64), values[layer].astype(np.float64), limits)
+        np.testing.assert_allclose(np.asarray(got), expected, atol=2e-5, rtol=2e-5)
+
+
+def test_prefix_attention_refuses_an_out_of_range_layer():
+    q, cache = np.zeros((1, 1, 1, 8), np.float32), np.zeros((2, 1, 1, 8, 4), np.float32)
+    values = np.zeros((2, 1, 1, 4, 8), np.float32)
+    with pytest.raises(Exception, match="layer index out of range"):
+        jax.block_until_ready(cpu_kernels.prefix_attention(q, cache, values, 2, np.ones((1, 1), np.int32)))
+
+
+@pytest.mark.parametrize("length", [1, 5])
+def test_cached_chunk_attention_reads_the_prefix_the_placement_allows(length):
+    # attend_cached_rows (on the kernel) against float64 attention under place_chunk's mask: a decode step
+    # (T = 1) and a left-padded chunk
+    rng = np.random.default_rng(fresh_seed())
+    layers, batch, kv_heads, groups, dim, slots = 2, 4, 2, 3, 16, 50
+    q = rng.standard_normal((batch, length, kv_heads * groups, dim)).astype(np.float32)
+    keys = rng.standard_normal((layers, batch, kv_heads, dim, slots)).astype(np.float32)
+    values = rng.standard_normal((layers, batch, kv_heads, slots, dim)).astype(np.float32)
+    lengths = jnp.asarray([0, 7, slots - length, 20], jnp.int32)
+    mask = np.ones((batch, length), np.int32)
+    mask[3] = 0  # a row with nothing to append
+    mask[1, : length // 2] = 0  # left padding
+    allowed = place_chunk(lengths, jnp.asarray(mask), slots).allowed_BxTxS
+    got = jax.jit(attend_cached_rows, static_argnums=5)(q, keys, values, jnp.int32(1), allowed, 1)
+    limits = np.asarray(allowed).sum(-1)
+    assert limits[0].tolist() == list(range(1, length + 1)) and limits[2, -1] == slots
+    q_grouped = q.reshape(batch, length, kv_heads, groups, dim).transpose(0, 2, 3, 1, 4)
+    q_grouped = q_grouped.reshape(batch, kv_heads, groups * length, dim)
+    expected = _reference(q_grouped, keys[1].astype(np.float64), values[1].astype(np.float64), limits)
+    expected = expected.reshape(batch, kv_heads, groups, length, dim).transpose(0, 3, 1, 2, 4)
+    real = mask.astype(bool)  # padding queries' outputs are garbage by contract
+    np.testing.assert_allclose(
+        np.asarray(got).reshape(expected.shape)[real], expected[real], atol=2e-5, rtol=2e-5
+    )
+
+
+def _greedy(model, prompts, kernels: str, monkeypatch):
+    """Greedy tokens and log-probs of a fresh sampler (fresh programs, traced under `kernels`), and how many
+    attention calls its programs sent to the kernel."""
+    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", kernels)
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return cpu_kernels.prefix_attention(*args)
+
+    monkeypatch.setattr(layers, "prefix_attention", counted)
+    sampler, params = Sampler.for_model(
+        model, batch_size=len(prompts), cache_len=96, sampling=SamplingConfig(max_new_tokens=40)
+    )
+    logits, cache = sampler.prefill(params, sampler.init_cache(), prompts, [0] * len(prompts))
+    follow_up = [[3, 4, 5, 6, 7]] * len(prompts)  # a cached chunk (a fresh prompt attends itself block-wise)
+    logits, cache = sampler.prefill(params, cache, follow_up, [len(p) for p in prompts])
+    result, _ = sampler.decode(params, cache, logits, [True] * len(prompts), jax.random.key(0))
+    return np.asarray(result.tokens_BxN), np.asarray(result.logprobs_BxN), len(calls)
+
+
+def test_decode_with_the_kernel_matches_xlas_path(monkeypatch):
+    cfg = ModelConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
+        head_dim=8, dtype="float32", param_dtype="float32",
+    )  # fmt: skip
+    model = Decoder(cfg, rngs=nnx.Rngs(fresh_seed()))
+    prompts = [[1, 2, 3, 4, 5], [7] * 30, [9, 8]]
+    tokens_xla, logprobs_xla, calls_xla = _greedy(model, prompts, "0", monkeypatch)
+    tokens_kernel, logprobs_kernel, calls_kernel = _greedy(model, prompts, "1", monkeypatch)
+    # traced once: the cached chunk's scanned layer, the decode step's unrolled layers
+    assert calls_xla == 0 and calls_kernel == 1 + cfg.num_layers
+    np.testing.assert_array_equal(tokens_kernel, tokens_xla)
+    np.testing.assert_allclose(logprobs_kernel, logprobs_xla, atol=1e-5)
+
+
+def test_kernels_off_or_other_dtypes_keep_xlas_path(monkeypatch):
+    assert not cpu_kernels.prefix_attention_applies(jnp.bfloat16, jnp.float32, 32)
+    assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.bfloat16, 32)
+    assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, cpu_kernels.MAX_HEAD_DIM + 1)
+    two_devices = jax.sharding.AbstractMesh((2,), ("data",))
+    with jax.sharding.use_abstract_mesh(two_devices):  # a sharded cache: XLA's path, which SPMD partitions
+        assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, 32)
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("data",))):
+        assert cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, 32)
+    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", "0")
+    assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, 32)
+
+
+def test_a_missing_compiler_warns_and_leaves_the_kernel_off(caplog, tmp_path, monkeypatch):
+    monkeypatch.setenv("COEVO_JAX_KERNEL_DIR", str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
+        assert not cpu_kernels._load_and_register(str(tmp_path / "no-such-compiler"))
+    assert "CPU kernels unavailable" in caplog.text
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
+
+
+def test_concurrent_builds_give_one_complete_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("COEVO_JAX_KERNEL_DIR", str(tmp_path))
+    compiler = os.environ.get("CXX", "c++")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        paths = list(pool.map(lambda _: cpu_kernels._build(compiler), range(2)))
+    assert paths[0] == paths[1] and [p.name for p in tmp_path.iterdir()] == [paths[0].name]
+    assert paths[0].stat().st_size > 0 and cpu_kernels._build(compiler) == paths[0]  # reused, not rebuilt
