@@ -56,6 +56,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from coevo_jax.data.batching import bucket_for, power_of_two_buckets
 from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.cpu_kernels import prefix_attention_applies
 from coevo_jax.models.decoder import abstract_model, bind, partition_trainable
 from coevo_jax.models.kv_cache import (
     KVCache,
@@ -325,8 +326,12 @@ def decode(
     with _maybe_activation_context(mesh, rules):
         model = bind(graphdef, params, weights, per_layer=False)
         layer_weights = model.layer_weights()  # sliced once here, not at every token
+        cfg = model.config
+        # the CPU kernel reads the stacked cache in place; XLA's attention reads per-layer buffers in place
+        in_place = prefix_attention_applies(cfg.dtype, cache.keys.dtype, cfg.head_dim)
+        window_cache = leading_slots(cache, window)
         state = DecodeState(
-            cache=by_layer(leading_slots(cache, window)),
+            cache=window_cache if in_place else by_layer(window_cache),
             last_token_B=jnp.zeros((batch,), jnp.int32),
             tokens_BxN=jnp.zeros((batch, max_new), jnp.int32),
             logprobs_BxN=jnp.zeros((batch, max_new), jnp.float32),
@@ -350,7 +355,7 @@ def decode(
 
         state = jax.lax.while_loop(lambda s: jnp.any(s.reasons_B == RUNNING), body, state)
     result = DecodeResult(state.tokens_BxN, state.counts_B, state.reasons_B, state.logprobs_BxN)
-    return result, with_leading_slots(full, stacked(state.cache))
+    return result, with_leading_slots(full, state.cache if in_place else stacked(state.cache))
 
 
 def copy_prefix(cache: KVCache, prefix: KVCache, rows_B: jax.Array) -> KVCache:

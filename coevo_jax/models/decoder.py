@@ -286,9 +286,17 @@ class Decoder(nnx.Module):
         return self.final_norm(x_BxTxD), kv
 
     def _layers_by_layer(self, x_BxTxD, positions_BxT, mask, cache: KVCache, slots_BxT, layer_weights):
-        """`_layers` unrolled over per-layer weights and per-layer cache buffers (`kv_cache.by_layer`): the
-        decode loop's path, which reads no slice of a stacked array (see `layer_weights`)."""
+        """`_layers` unrolled over per-layer weights: the decode loop's path, which reads no slice of a stacked
+        weight (see `layer_weights`). The cache holds per-layer buffers (`kv_cache.by_layer`), or stays
+        stacked when attention reads it in place (`cpu_kernels.prefix_attention`): each layer then writes its
+        token into the stacked arrays and the kernel reads them, with no layer's slice copied out."""
         graphdef = nnx.graphdef(self.layers)
+        if not isinstance(cache.keys, tuple):
+            kv = (cache.keys, cache.values)
+            for layer, params in enumerate(layer_weights):
+                block = nnx.merge(graphdef, params)
+                x_BxTxD, kv = block(x_BxTxD, positions_BxT, mask, (*kv, layer), slots_BxT)
+            return self.final_norm(x_BxTxD), kv
         keys, values = [], []
         for layer, params in enumerate(layer_weights):
             block = nnx.merge(graphdef, params)

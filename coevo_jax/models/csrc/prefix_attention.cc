@@ -51,15 +51,98 @@ struct Shapes {
   int64_t B, K, Q, E, S, T;
 };
 
-// One (row, kv head): its queries in blocks of `kBlock` (a decode step's G heads, or a chunk's consecutive
-// positions of one head, whose prefixes differ by one slot each), each block reading the keys and values of
-// its longest prefix once, slot block by slot block; every query then normalises over its own prefix.
-constexpr int64_t kBlock = 8;     // queries scored together
-constexpr int64_t kSlots = 256;   // slots per block: kBlock x kSlots scores stay in L1
+// Vectors of 16 floats (GCC/Clang vector extensions: one AVX-512 register, two AVX2 ones), so that the
+// products below keep their accumulators in registers whatever the instruction set.
+constexpr int64_t kLanes = 16;
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
-void attend_pair(const Shapes& d, float scale, const float* __restrict q, const float* __restrict k,
-                 const float* __restrict v, const int32_t* limits, float* __restrict out,
-                 float* __restrict scores) {
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
+
+constexpr int64_t kBlock = 8;      // queries scored together
+constexpr int64_t kMaxDim = 256;   // head_dim the query buffers hold
+
+// scores[j][s] = query[j] . keys[:, s] for s < n: per 16 slots, each key row read once for all J queries.
+template <int J>
+void score(const float (*query)[kMaxDim], const float* __restrict k, int64_t S, int64_t E, int64_t n,
+           float* __restrict scores) {
+  int64_t s = 0;
+  for (; s + kLanes <= n; s += kLanes) {
+    Vec acc[J] = {};
+    for (int64_t e = 0; e < E; ++e) {
+      const Vec key = load(k + e * S + s);
+      for (int j = 0; j < J; ++j) acc[j] += key * query[j][e];
+    }
+    for (int j = 0; j < J; ++j) store(scores + j * S + s, acc[j]);
+  }
+  for (; s < n; ++s) {
+    for (int j = 0; j < J; ++j) {
+      float total = 0.0f;
+      for (int64_t e = 0; e < E; ++e) total += query[j][e] * k[e * S + s];
+      scores[j * S + s] = total;
+    }
+  }
+}
+
+// mixed[j][e] = sum_s probs[j][s] values[s][e] for s < n: per 16 head dimensions, each value row read once
+// for all J queries.
+template <int J>
+void mix(const float* __restrict probs, int64_t S, const float* __restrict v, int64_t E, int64_t n,
+         float (*mixed)[kMaxDim]) {
+  int64_t e0 = 0;
+  for (; e0 + kLanes <= E; e0 += kLanes) {
+    Vec acc[J] = {};
+    for (int64_t s = 0; s < n; ++s) {
+      const Vec value = load(v + s * E + e0);
+      for (int j = 0; j < J; ++j) acc[j] += value * probs[j * S + s];
+    }
+    for (int j = 0; j < J; ++j) store(mixed[j] + e0, acc[j]);
+  }
+  for (int j = 0; j < J; ++j) {
+    for (int64_t e = e0; e < E; ++e) {
+      float total = 0.0f;
+      for (int64_t s = 0; s < n; ++s) total += probs[j * S + s] * v[s * E + e];
+      mixed[j][e] = total;
+    }
+  }
+}
+
+template <int J>
+void score_and_mix(const float (*query)[kMaxDim], const float* k, const float* v, int64_t S, int64_t E,
+                   int64_t longest, const int64_t* prefix, float* scores, float (*mixed)[kMaxDim]) {
+  score<J>(query, k, S, E, longest, scores);
+  for (int j = 0; j < J; ++j) {  // probabilities over [0, prefix), zeros beyond
+    float* row = scores + j * S;
+    const int64_t n = prefix[j];
+    if (n > 0) {
+      float top = row[0];
+#pragma omp simd reduction(max : top)
+      for (int64_t s = 0; s < n; ++s) top = std::max(top, row[s]);
+      float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+      for (int64_t s = 0; s < n; ++s) {
+        row[s] = exp_nonpositive(row[s] - top);
+        total += row[s];
+      }
+      const float inverse = 1.0f / total;
+#pragma omp simd
+      for (int64_t s = 0; s < n; ++s) row[s] *= inverse;
+    }
+    std::fill(row + n, row + longest, 0.0f);
+  }
+  mix<J>(scores, S, v, E, longest, mixed);
+}
+
+// One (row, kv head): its queries in blocks of up to `kBlock` (a decode step's G heads, or a chunk's
+// consecutive positions of one head, whose prefixes differ by one slot each); each block reads the keys and
+// values of its longest prefix once, and every query normalises over its own prefix.
+void attend_pair(const Shapes& d, float scale, const float* q, const float* k, const float* v,
+                 const int32_t* limits, float* out, float* scores) {
   for (int64_t first = 0; first < d.Q; first += kBlock) {
     const int64_t count = std::min(kBlock, d.Q - first);
     int64_t prefix[kBlock], longest = 0;
@@ -72,55 +155,28 @@ void attend_pair(const Shapes& d, float scale, const float* __restrict q, const 
       std::fill(result, result + count * d.E, 0.0f);
       continue;
     }
-    float query[kBlock][256];  // scaled queries (E <= 256)
+    float query[kBlock][kMaxDim];  // scaled queries
     for (int64_t j = 0; j < count; ++j) {
       for (int64_t e = 0; e < d.E; ++e) query[j][e] = q[(first + j) * d.E + e] * scale;
     }
-    std::fill(scores, scores + count * d.S, 0.0f);
-    for (int64_t s0 = 0; s0 < longest; s0 += kSlots) {
-      const int64_t s1 = std::min(longest, s0 + kSlots);
-      for (int64_t e = 0; e < d.E; ++e) {
-        const float* key_row = k + e * d.S;
-        if (s1 < longest) __builtin_prefetch(key_row + s1);
-        for (int64_t j = 0; j < count; ++j) {
-          const float qe = query[j][e];
-          float* row = scores + j * d.S;
-#pragma omp simd
-          for (int64_t s = s0; s < s1; ++s) row[s] += qe * key_row[s];
-        }
+    float mixed[kBlock][kMaxDim];
+    switch (count) {
+      case 1: score_and_mix<1>(query, k, v, d.S, d.E, longest, prefix, scores, mixed); break;
+      case 2: score_and_mix<2>(query, k, v, d.S, d.E, longest, prefix, scores, mixed); break;
+      case 3: score_and_mix<3>(query, k, v, d.S, d.E, longest, prefix, scores, mixed); break;
+      case 4: score_and_mix<4>(query, k, v, d.S, d.E, longest, prefix, scores, mixed); break;
+      case 5: score_and_mix<5>(query, k, v, d.S, d.E, longest, prefix, scores, mixed); break;
+      case 6: score_and_mix<6>(query, k, v, d.S, d.E, longest, prefix, scores, mixed); break;
+      case 7: score_and_mix<7>(query, k, v, d.S, d.E, longest, prefix, scores, mixed); break;
+      default: score_and_mix<8>(query, k, v, d.S, d.E, longest, prefix, scores, mixed); break;
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      if (prefix[j] == 0) {
+        std::fill(result + j * d.E, result + (j + 1) * d.E, 0.0f);
+      } else {
+        std::copy(mixed[j], mixed[j] + d.E, result + j * d.E);
       }
     }
-    for (int64_t j = 0; j < count; ++j) {  // probabilities over [0, prefix), zeros beyond
-      float* row = scores + j * d.S;
-      const int64_t n = prefix[j];
-      if (n > 0) {
-        float top = row[0];
-#pragma omp simd reduction(max : top)
-        for (int64_t s = 0; s < n; ++s) top = std::max(top, row[s]);
-        float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-        for (int64_t s = 0; s < n; ++s) {
-          row[s] = exp_nonpositive(row[s] - top);
-          total += row[s];
-        }
-        const float inverse = 1.0f / total;
-#pragma omp simd
-        for (int64_t s = 0; s < n; ++s) row[s] *= inverse;
-      }
-      std::fill(row + n, row + longest, 0.0f);
-    }
-    float mixed[kBlock][256];
-    for (int64_t j = 0; j < count; ++j) std::fill(mixed[j], mixed[j] + d.E, 0.0f);
-    for (int64_t s = 0; s < longest; ++s) {
-      const float* value_row = v + s * d.E;
-      __builtin_prefetch(value_row + 8 * d.E);
-      for (int64_t j = 0; j < count; ++j) {
-        const float p = scores[j * d.S + s];
-#pragma omp simd
-        for (int64_t e = 0; e < d.E; ++e) mixed[j][e] += p * value_row[e];
-      }
-    }
-    for (int64_t j = 0; j < count; ++j) std::copy(mixed[j], mixed[j] + d.E, result + j * d.E);
   }
 }
 
@@ -166,7 +222,7 @@ ffi::Error PrefixAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> queri
         "prefix_attention: expected 4-d queries, 5-d keys and values, a scalar layer, 2-d limits");
   }
   const Shapes d{qd[0], qd[1], qd[2], qd[3], kd[4], ld[1]};
-  if (d.E > 256) {
+  if (d.E > kMaxDim) {
     return ffi::Error::InvalidArgument("prefix_attention: head_dim above 256");
   }
   if (kd[1] != d.B || kd[2] != d.K || kd[3] != d.E || vd[0] != kd[0] || vd[1] != d.B || vd[2] != d.K ||
