@@ -55,7 +55,9 @@ def test_each_row_chunk_attends_its_own_rows_of_the_chosen_layer(
     lowered = run.lower(
         jnp.asarray(q, jnp.float32), keys_c, values_c, jnp.int32(0), jnp.asarray(allowed), row_chunks
     )
-    on_kernel = kernels == "1" and cache_dtype == jnp.float32
+    # the kernel path where it applies (it needs a C++ compiler to build; without one XLA's path runs)
+    on_kernel = cpu_kernels.prefix_attention_applies(jnp.float32, cache_dtype, DIM)
+    assert on_kernel == (kernels == "1" and cache_dtype == jnp.float32 and cpu_kernels._registered())
     assert (cpu_kernels.TARGET in lowered.as_text()) == on_kernel
     for layer in range(LAYERS):
         got = run(
