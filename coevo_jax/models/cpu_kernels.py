@@ -2,8 +2,9 @@
 
 `prefix_attention` attends each query over the first `limit` cached slots of its row only, scores,
 softmax and values in one pass split over XLA's intra-op threads. XLA itself must read every slot of the
-decode window, however short each row's live context (static shapes). The decode loop uses it on the CPU
-for float32 (`layers.attend_cached_rows`); other backends and dtypes keep the XLA path.
+cache window, however short each row's live context (static shapes). Every attention over the cache (a
+prefill chunk, a decode step) uses it on the CPU in float32 (`layers.attend_cached_rows`); other backends
+and dtypes keep the XLA path.
 
 The shared library is compiled once per source, compiler, CPU and jaxlib (`-O3 -march=native`: the machine
 that runs it builds it), into `$COEVO_JAX_KERNEL_DIR` (default `~/.cache/coevo_jax/kernels`); the compiler

@@ -29,11 +29,13 @@ namespace ffi = xla::ffi;
 namespace {
 
 // exp(x) for x <= 0 (softmax arguments), as a loop body the compiler vectorises: x = n ln2 + r with
-// |r| <= ln2 / 2, a degree-6 polynomial for exp(r) (relative error below 2e-7), 2^n built in the exponent.
+// |r| <= ln2 / 2, a degree-6 polynomial for exp(r), 2^n built in the exponent. Relative error at most
+// 2.4e-7 over every float in [-87, 0] against double-precision exp.
 inline float exp_nonpositive(float x) {
   x = std::max(x, -87.0f);  // below: 0 to float precision (2^-126 is the smallest normal)
   const float n = std::nearbyint(x * 1.44269504088896341f);
-  const float r = std::fma(n, -0.693145751953125f, std::fma(n, -1.428606765330187e-06f, x));
+  // the high part of ln 2 first: x - n ln2_hi cancels exactly, so r keeps x's low bits
+  const float r = std::fma(n, -1.428606765330187e-06f, std::fma(n, -0.693145751953125f, x));
   float p = 1.0f / 720.0f;
   p = std::fma(p, r, 1.0f / 120.0f);
   p = std::fma(p, r, 1.0f / 24.0f);
