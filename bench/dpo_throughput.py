@@ -44,9 +44,10 @@ def _pairs():
     ]
 
 
-def setup_steps(cfg, learning_rate: float, beta: float):
+def setup_steps(cfg, learning_rate: float, beta: float, objective=None):
     """(steps, phase scalars, train state, mesh, rules) of model `cfg` on one device: the main job's steps
-    built for a constant-lr AdamW phase without weight decay, the state randomly initialised."""
+    built for a constant-lr AdamW phase without weight decay, the state randomly initialised.
+    `objective`: an ObjectiveConfig (default the main job's)."""
     import jax
 
     from coevo_jax import sharding
@@ -62,7 +63,7 @@ def setup_steps(cfg, learning_rate: float, beta: float):
     tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, beta)
     graphdef, _ = abstract_model(cfg)
     shardings = state_shardings(cfg, tx, mesh, rules)
-    steps = build_steps(graphdef, tx, shardings, mesh, rules, ObjectiveConfig())
+    steps = build_steps(graphdef, tx, shardings, mesh, rules, objective or ObjectiveConfig())
     state = init_train_state(cfg, tx, shardings, jax.random.key(0))
     return steps, scalars, state, mesh, rules
 

@@ -25,13 +25,16 @@ bfloat16 matmul ceiling XLA reaches on an 8192^3 product in the same process (`b
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
+from pathlib import Path
 
 import anchor
 import ceiling
 import dpo_throughput
 import flops
 import numpy as np
+import op_profile
 
 # Dense bfloat16 tensor-core peaks (TFLOP/s, no sparsity) from NVIDIA's datasheets.
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
@@ -102,15 +105,31 @@ def _batch(pairs: int, length: int, vocab_size: int, seed: int = 0) -> dict:
 
 
 def bench_case(
-    name: str, remat: bool, pairs: int, length: int, warmup: int, timed: int, attention: str = "auto"
+    name: str,
+    remat: bool,
+    pairs: int,
+    length: int,
+    warmup: int,
+    timed: int,
+    attention: str = "auto",
+    logprob_chunk: int | None = None,
+    profile_calls: int = 0,
+    hlo_dir: str | None = None,
 ) -> dict:
-    """Step time, tokens/s and useful TFLOP/s of one (model, remat, pairs, attention) DPO step."""
+    """Step time, tokens/s and useful TFLOP/s of one (model, remat, pairs, attention) DPO step; with
+    `profile_calls`, also where the time of that many traced steps goes (`op_profile`)."""
     import jax
 
     from coevo_jax import sharding
+    from coevo_jax.train import ObjectiveConfig
 
     cfg = model_config(name, remat, attention)
-    steps, scalars, state, mesh, rules = dpo_throughput.setup_steps(cfg, learning_rate=1e-6, beta=0.1)
+    objective = (
+        ObjectiveConfig() if logprob_chunk is None else ObjectiveConfig(logprob_chunk_size=logprob_chunk)
+    )
+    steps, scalars, state, mesh, rules = dpo_throughput.setup_steps(
+        cfg, learning_rate=1e-6, beta=0.1, objective=objective
+    )
     batch = _batch(pairs, length, cfg.vocab_size)
     placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
     chosen, rejected = jax.device_get(steps.reference(state.params, placed))
@@ -122,6 +141,27 @@ def bench_case(
     step = anchor.summarize(times)
     useful = flops.dpo_step_flops(flops.model_fields(cfg), pairs, length, reference_forward=False)
     memory = jax.devices()[0].memory_stats() or {}
+    profile = None
+    if profile_calls:
+        hlo_text = steps.dpo.lower(state, placed, scalars).compile().as_text()
+        carry = {"state": state}
+
+        def run():
+            carry["state"], step_metrics = steps.dpo(carry["state"], placed, scalars)
+            return step_metrics
+
+        if hlo_dir is not None:  # the compiled program, to read its fusions afterwards
+            path = Path(hlo_dir) / f"hlo_{name}_remat-{'on' if remat else 'off'}_{pairs}_{attention}.txt.gz"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(path, "wt") as f:
+                f.write(hlo_text)
+        try:
+            profile = op_profile.profile_ops(run, hlo_text, profile_calls)
+        except Exception as error:  # the timing above stands without the breakdown
+            profile = {"error": repr(error)[:500], "ops": []}
+            print(f"profile failed: {profile['error']}", flush=True)
+        else:
+            op_profile.print_summary(profile, f"{name} remat={remat} pairs={pairs} attention={attention}", 30)
     return {
         "model": name,
         "remat": remat,
@@ -135,6 +175,9 @@ def bench_case(
         "useful_tflops": useful / step["median_s"] / 1e12,
         "peak_bytes_in_use": memory.get("peak_bytes_in_use"),  # the process's so far, not this case's
         "final_loss": float(metrics["loss"]),
+        "logprob_chunk_size": objective.logprob_chunk_size,
+        "profile": profile
+        and {key: value for key, value in profile.items() if key != "ops"} | {"top_ops": profile["ops"][:60]},
     }
 
 
@@ -242,6 +285,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", default=None, help="results directory (default bench/results)")
+    parser.add_argument(
+        "--logprob-chunk",
+        type=int,
+        default=None,
+        help="ObjectiveConfig.logprob_chunk_size (positions per row)",
+    )
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="STEPS", help="also trace this many steps per case"
+    )
     args = parser.parse_args()
     cases = _cases(args, ATTENTION_CHOICES)
     import jax
@@ -271,7 +323,18 @@ def main() -> None:
     for name, remat, pairs, attention in cases:
         label = f"{name:13s} remat={'on' if remat else 'off':3s} pairs={pairs:3d} attention={attention:7s}"
         try:
-            case = bench_case(name, remat, pairs, args.length, args.warmup, args.steps, attention)
+            case = bench_case(
+                name,
+                remat,
+                pairs,
+                args.length,
+                args.warmup,
+                args.steps,
+                attention,
+                args.logprob_chunk,
+                args.profile,
+                args.out,
+            )
         except Exception as error:  # e.g. out of device memory: recorded, the grid goes on
             case = {"model": name, "remat": remat, "pairs": pairs, "attention": attention}
             case["error"] = repr(error)[:500]

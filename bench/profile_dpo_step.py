@@ -11,26 +11,10 @@ time over the profiled steps from the Perfetto trace, and names it by the JAX op
 from __future__ import annotations
 
 import argparse
-import collections
-import glob
-import gzip
-import json
-import re
-import tempfile
 
 import dpo_throughput
 import numpy as np
-
-
-def _op_names(hlo_text: str) -> dict[str, str]:
-    """HLO instruction name -> (shape, JAX op_name) from a compiled module's text."""
-    out = {}
-    for line in hlo_text.splitlines():
-        match = re.match(r"\s*(?:ROOT )?%?([\w.-]+) = (\S+)", line)
-        if match:
-            op_name = re.search(r'op_name="([^"]*)"', line)
-            out[match.group(1)] = f"{match.group(2)}  {op_name.group(1) if op_name else ''}"
-    return out
+import op_profile
 
 
 def main() -> None:
@@ -50,43 +34,18 @@ def main() -> None:
         steps.reference(state.params, dpo_throughput._collate(pairs, first, mesh, rules))
     )
     batch = dpo_throughput._collate(pairs, first, mesh, rules, (np.ravel(chosen), np.ravel(rejected)))
-    names = _op_names(steps.dpo.lower(state, batch, scalars).compile().as_text())
+    compiled = steps.dpo.lower(state, batch, scalars).compile()
     for _ in range(2):
         state, metrics = steps.dpo(state, batch, scalars)
         jax.block_until_ready(metrics)
-    with tempfile.TemporaryDirectory() as trace_dir:
-        jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
-        for _ in range(args.steps):
-            state, metrics = steps.dpo(state, batch, scalars)
-            jax.block_until_ready(metrics)
-        jax.profiler.stop_trace()
-        trace = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
-        with gzip.open(trace) as f:
-            events = json.load(f)
-    events = events["traceEvents"] if isinstance(events, dict) else events
-    per_op = collections.Counter()
-    for event in events:
-        if event.get("ph") == "X" and event.get("name") in names:
-            per_op[event["name"]] += event["dur"] / 1e3 / args.steps  # ms per step
-    total = sum(per_op.values())
-    print(f"{args.dtype} anchor DPO step: {total:.0f} ms of XLA ops per profiled step")
-    print(f"{'ms/step':>8} {'share':>6}  op  shape  JAX op")
-    for name, ms in per_op.most_common(args.top):
-        print(f"{ms:8.1f} {ms / total:6.1%}  {name}  {names[name][:140]}")
-    per_kind = collections.Counter()
-    for name, ms in per_op.items():
-        per_kind[_kind(names[name])] += ms
-    print(f"\nby JAX primitive (last part of the op name):\n{'ms/step':>8} {'share':>6}  primitive")
-    for kind, ms in per_kind.most_common():
-        print(f"{ms:8.1f} {ms / total:6.1%}  {kind}")
+    carry = {"state": state}
 
+    def run():
+        carry["state"], metrics = steps.dpo(carry["state"], batch, scalars)
+        return metrics
 
-def _kind(described: str) -> str:
-    """The JAX primitive an op came from ('dot_general', 'exp', ...), from its `op_name` path."""
-    parts = described.split(maxsplit=1)
-    if len(parts) < 2 or not parts[1].strip():
-        return "(no op_name: layout copy or XLA-inserted)"
-    return parts[1].split(";")[0].rstrip("/").split("/")[-1]
+    summary = op_profile.profile_ops(run, compiled.as_text(), args.steps)
+    op_profile.print_summary(summary, f"{args.dtype} anchor DPO step", args.top)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import flops  # noqa: E402
 import gpu_mfu  # noqa: E402
+import op_profile  # noqa: E402
 import shapes  # noqa: E402
 
 
@@ -58,3 +59,63 @@ def test_one_tiny_case_runs(monkeypatch):
         flops.dpo_step_flops(flops.model_fields(cfg), 2, 32, reference_forward=False)
     )
     assert case["tokens_per_s"] > 0 and jnp.isfinite(case["final_loss"])
+
+
+def test_one_tiny_case_profiles_its_ops_by_jax_primitive(monkeypatch, tmp_path):
+    tiny = dict(
+        gpu_mfu.MODELS["smollm2_135m"],
+        num_layers=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        vocab_size=128,
+    )
+    monkeypatch.setitem(gpu_mfu.MODELS, "tiny", tiny)
+    case = gpu_mfu.bench_case(
+        "tiny", remat=False, pairs=1, length=16, warmup=1, timed=1, profile_calls=1, hlo_dir=str(tmp_path)
+    )
+    profile = case["profile"]
+    assert profile["ms_per_call"] > 0 and profile["top_ops"], profile.get("threads")
+    assert "dot_general" in dict(profile["primitives"])
+    assert list(tmp_path.glob("hlo_tiny_remat-off_1_auto.txt.gz"))
+
+
+def _gpu_trace(events):
+    """Trace events on one GPU stream, behind the process and thread names the profiler writes."""
+    names = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "Stream #14(Compute)"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 3, "args": {"name": "python3"}},
+    ]
+    return names + [{"ph": "X", "pid": 1, "tid": 7, **event} for event in events]
+
+
+def test_gpu_kernels_are_attributed_to_hlo_ops_and_families():
+    names = {
+        "loop_add_fusion.4": "bf16[8]{0}  jit(step)/add",
+        "custom-call.3": "bf16[8,8]{1,0}  jit(step)/dot_general",
+    }
+    events = _gpu_trace(
+        [
+            {"name": "loop_add_fusion_4", "ts": 0, "dur": 1000},  # XLA's kernel name for fusion .4
+            {"name": "nvjet_sm90_tst_128x160", "ts": 1000, "dur": 3000, "args": {"hlo_op": "custom-call.3"}},
+            {"name": "memcpy128", "ts": 4000, "dur": 500},
+            {"name": "cudnn_generated_sdpa_fprop", "ts": 6000, "dur": 2000},
+        ]
+    )
+    # A host event named like an op is not device time on a GPU.
+    events.append({"ph": "X", "pid": 2, "tid": 3, "name": "custom-call.3", "ts": 0, "dur": 99_000})
+    summary = op_profile.summarize_events(events, names, calls=2)
+    assert [(op, ms) for op, ms, _ in summary["ops"]] == [("custom-call.3", 1.5), ("loop_add_fusion.4", 0.5)]
+    assert dict(summary["primitives"]) == {"dot_general": 1.5, "add": 0.5}
+    assert dict(summary["kernel_families"]) == {
+        "matmul": 1.5,
+        "cuDNN": 1.0,
+        "other XLA fusions and kernels": 0.5,
+        "copy": 0.25,
+    }
+    assert summary["stream_kernel_ms_per_call"] == 3.25 and summary["traced_span_ms_per_call"] == 4.0
+    assert dict(summary["unattributed"]) == {"cudnn_generated_sdpa_fprop": 1.0, "memcpy128": 0.25}
