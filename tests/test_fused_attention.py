@@ -7,6 +7,8 @@ implementation, which applies the same length masks (bench/gpu_mfu.py --check co
 
 from __future__ import annotations
 
+import collections
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,7 +56,7 @@ def test_fused_dispatch_matches_float64_reference_and_block_wise_gradients(paddi
     key_mask = _masks()[padding]
     q, k, v = _inputs(seed, key_mask)
     fused = lambda q, k, v: fused_attention.fused_causal_attention(
-        q, k, v, jnp.asarray(key_mask), implementation="xla", block_size=4
+        q, k.swapaxes(1, 2), v.swapaxes(1, 2), jnp.asarray(key_mask), implementation="xla", block_size=4
     )
     blocked = lambda q, k, v: causal_attention(q, k, v, jnp.asarray(key_mask), block_size=4)
     f32 = lambda x: jnp.asarray(x, jnp.float32)
@@ -70,6 +72,43 @@ def test_fused_dispatch_matches_float64_reference_and_block_wise_gradients(paddi
         grads(fused)(f32(q), f32(k), f32(v)), grads(blocked)(f32(q), f32(k), f32(v)), strict=True
     ):
         np.testing.assert_allclose(got, want, atol=2e-5, err_msg=f"seed={seed}")
+
+
+def test_fused_dispatch_keeps_only_the_fused_branch_residuals():
+    """Under autodiff the cond's residuals are the fused branch's and its operands: the block-wise
+    fallback recomputes its own, so a right-padded batch writes no zeros for them in every layer."""
+    seed = fresh_seed()
+    batch, length = 3, 64
+    key_mask = np.ones((batch, length), np.int32)
+    key_mask[1, 40:] = 0
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.standard_normal((batch, length, 4, 8)), jnp.float32)
+    k, v = (jnp.asarray(rng.standard_normal((batch, length, 2, 8)), jnp.float32) for _ in range(2))
+    mask = jnp.asarray(key_mask)
+
+    def residuals(attend):
+        """(shape, dtype) of each residual with a leading batch axis that `jax.vjp` keeps for the backward."""
+        _, backward = jax.vjp(attend, q, k, v)
+        leaves = jax.tree_util.tree_leaves(backward)
+        return collections.Counter(
+            (x.shape, str(x.dtype)) for x in leaves if getattr(x, "ndim", 0) and x.shape[0] == batch
+        )
+
+    dispatch = residuals(
+        lambda q, k, v: fused_attention.fused_causal_attention(
+            q, k, v, mask, implementation="xla", block_size=16
+        )
+    )
+    alone = residuals(
+        lambda q, k, v: jax.nn.dot_product_attention(
+            q, k, v, is_causal=True, key_value_seq_lengths=jnp.sum(mask, -1), implementation="xla"
+        )
+    )
+    # Beyond those: at most the operands (the block-wise branch's, shared with cuDNN's, which keeps q, k and v;
+    # XLA's stand-in keeps q grouped instead) and the key mask.
+    operands = {(x.shape, str(x.dtype)) for x in (q, k, v, mask)}
+    extra = dispatch - alone
+    assert set(extra) <= operands, f"residuals beyond the fused branch's and the operands: {extra}"
 
 
 def test_uses_fused_by_choice_backend_and_shape():

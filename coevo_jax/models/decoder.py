@@ -139,8 +139,8 @@ class Attention(nnx.Module):
         if layer_cache is None and uses_fused(self.config.attention, self.dtype, q_BxTxHxE.shape[-1]):
             out_BxTxHxE = fused_causal_attention(
                 q_BxTxHxE,
-                k_BxKxTxE,
-                v_BxKxTxE,
+                k_BxTxKxE,
+                v_BxTxKxE,
                 mask,
                 implementation=_FUSED_IMPLEMENTATION,
                 **_causal_plan(mask.shape[0]),
