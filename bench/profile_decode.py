@@ -27,7 +27,7 @@ import time
 import ceiling
 import flops
 import numpy as np
-from profile_dpo_step import _kind, _op_names
+from op_profile import op_names, primitive
 
 
 def _model_config(name: str):
@@ -67,9 +67,9 @@ def _cache_filler(sampler, live: int, seed: int):
 
 
 def _origin(described: str) -> str:
-    """An op's JAX primitive (`profile_dpo_step._kind`), a dot's with its einsum spec, so the projections,
+    """An op's JAX primitive (`op_profile.primitive`), a dot's with its einsum spec, so the projections,
     the unembedding and attention's two products show apart."""
-    kind = _kind(described)
+    kind = primitive(described)
     if kind != "dot_general":
         return kind
     path = described.split(maxsplit=1)[1].split(";")[0].rstrip("/").split("/")
@@ -110,7 +110,7 @@ def main() -> None:
     active = [True] * args.rows
     fill = _cache_filler(sampler, args.live, seed=2)
     cache = fill()
-    names = _op_names(
+    names = op_names(
         sampler._decode.lower(
             params, cache, logits, jax.numpy.asarray(active), jax.random.key(0), window=args.window
         )
