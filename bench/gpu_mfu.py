@@ -7,7 +7,11 @@
 
 The step is the eq. 7 DPO step as the main job trains it: bfloat16 compute, float32 parameters and AdamW
 moments, reference log-probs cached (attached to the batch), one micro-batch, random initialisation (the
-shapes are what matter). Every pair has two sequences of `--length` tokens, the second half of each marked as
+shapes are what matter). The cached reference log-probs are a uniform policy's, which is about what a random
+initialisation gives: their values do not change the step's work, and the scoring pass that `--reference-pass`
+runs instead costs a compilation of its own. Each case records its set-up, reference and first-step seconds.
+`--profile STEPS` also traces that many steps (`bench/op_profile.py`: time by XLA op, JAX primitive and, on a
+GPU, kernel family) and writes the compiled program beside the JSON. Every pair has two sequences of `--length` tokens, the second half of each marked as
 action tokens. Per model, remat, pairs per step and attention (`ModelConfig.attention`: the block-wise kernel
 or cuDNN's fused one): `--warmup` untimed steps (the first compiles), then the median of `--steps` steps, each
 blocked until its metrics are ready. The JSON is rewritten after every case, so a run cut short keeps the cases
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import itertools
+import time
 from pathlib import Path
 
 import anchor
@@ -115,6 +120,7 @@ def bench_case(
     logprob_chunk: int | None = None,
     profile_calls: int = 0,
     hlo_dir: str | None = None,
+    reference_pass: bool = False,
 ) -> dict:
     """Step time, tokens/s and useful TFLOP/s of one (model, remat, pairs, attention) DPO step; with
     `profile_calls`, also where the time of that many traced steps goes (`op_profile`)."""
@@ -127,12 +133,22 @@ def bench_case(
     objective = (
         ObjectiveConfig() if logprob_chunk is None else ObjectiveConfig(logprob_chunk_size=logprob_chunk)
     )
+    start = time.perf_counter()
     steps, scalars, state, mesh, rules = dpo_throughput.setup_steps(
         cfg, learning_rate=1e-6, beta=0.1, objective=objective
     )
+    jax.block_until_ready(state)
+    setup_s = time.perf_counter() - start
     batch = _batch(pairs, length, cfg.vocab_size)
-    placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
-    chosen, rejected = jax.device_get(steps.reference(state.params, placed))
+    if reference_pass:  # the main job's way: one scoring pass of the (here initial) policy
+        start = time.perf_counter()
+        placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
+        chosen, rejected = jax.device_get(steps.reference(state.params, placed))
+        reference_s = time.perf_counter() - start
+    else:  # a uniform policy's log-probs: the step does the same work, without compiling the scoring pass
+        uniform = -np.sum(batch["loss_mask"], axis=-1) * np.log(cfg.vocab_size)  # rows: chosen, rejected, ...
+        chosen, rejected = uniform[0::2], uniform[1::2]
+        reference_s = 0.0
     batch["ref_chosen_logps"], batch["ref_rejected_logps"] = np.ravel(chosen), np.ravel(rejected)
     placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
     state, metrics, first_s, times = dpo_throughput.time_steps(
@@ -168,6 +184,8 @@ def bench_case(
         "attention": attention,
         "pairs": pairs,
         "length": length,
+        "setup_s": setup_s,
+        "reference_s": reference_s,
         "first_step_s": first_s,
         "step": step,
         "tokens_per_s": 2 * pairs * length / step["median_s"],
@@ -292,6 +310,11 @@ def main() -> None:
         help="ObjectiveConfig.logprob_chunk_size (positions per row)",
     )
     parser.add_argument(
+        "--reference-pass",
+        action="store_true",
+        help="score the batch with the policy for the reference log-probs (default: a uniform policy's)",
+    )
+    parser.add_argument(
         "--profile", type=int, default=0, metavar="STEPS", help="also trace this many steps per case"
     )
     args = parser.parse_args()
@@ -334,6 +357,7 @@ def main() -> None:
                 args.logprob_chunk,
                 args.profile,
                 args.out,
+                args.reference_pass,
             )
         except Exception as error:  # e.g. out of device memory: recorded, the grid goes on
             case = {"model": name, "remat": remat, "pairs": pairs, "attention": attention}

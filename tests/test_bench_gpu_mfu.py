@@ -53,8 +53,9 @@ def test_one_tiny_case_runs(monkeypatch):
         vocab_size=256,
     )
     monkeypatch.setitem(gpu_mfu.MODELS, "tiny", tiny)
-    case = gpu_mfu.bench_case("tiny", remat=True, pairs=2, length=32, warmup=1, timed=1)
+    case = gpu_mfu.bench_case("tiny", remat=True, pairs=2, length=32, warmup=1, timed=1, reference_pass=True)
     cfg = gpu_mfu.model_config("tiny", remat=True)
+    assert case["setup_s"] > 0 and case["reference_s"] > 0
     assert case["useful_tflop_per_step"] * 1e12 == pytest.approx(
         flops.dpo_step_flops(flops.model_fields(cfg), 2, 32, reference_forward=False)
     )
@@ -76,6 +77,8 @@ def test_one_tiny_case_profiles_its_ops_by_jax_primitive(monkeypatch, tmp_path):
     case = gpu_mfu.bench_case(
         "tiny", remat=False, pairs=1, length=16, warmup=1, timed=1, profile_calls=1, hlo_dir=str(tmp_path)
     )
+    assert case["reference_s"] == 0.0  # a uniform policy's log-probs, no scoring pass
+    assert 0.0 < case["final_loss"] < 10.0
     profile = case["profile"]
     assert profile["ms_per_call"] > 0 and profile["top_ops"], profile.get("threads")
     assert "dot_general" in dict(profile["primitives"])
