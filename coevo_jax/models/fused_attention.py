@@ -67,8 +67,8 @@ def fused_causal_attention(
     implementation: str | None = "cudnn",
     **blocked_options,
 ) -> jax.Array:
-    """`causal_attention` of q and the keys and values (transposed to [B, K, T, E]) under `key_mask`,
-    through cuDNN when every row is a prefix.
+    """`causal_attention(q, k, v, key_mask, **blocked_options)` through cuDNN when every row is a prefix.
+    Keys and values come in cuDNN's [B, T, K, E] order (`causal_attention` takes them as [B, K, T, E]).
 
     `implementation` is `jax.nn.dot_product_attention`'s ('xla' computes the same masks without cuDNN:
     the CPU tests' stand-in). Output [B, T, H, E] in q's dtype.
@@ -77,7 +77,7 @@ def fused_causal_attention(
     equal shape and dtype), so the block-wise fallback is rematerialised: its residuals are then its
     operands, which the fused branch keeps anyway. Otherwise every layer of every right-padded batch would
     write the block-wise kernel's masks, statistics and grouped queries as zeros for the backward pass (on an
-    H200, 11 % of SmolLM2's DPO step went to copying them).
+    H200 this cut the copy kernels of SmolLM2's ~150 ms DPO step at 8 pairs from 17.5 to 10.3 ms).
     """
     lengths_B, all_prefixes = prefix_lengths(key_mask_BxT)
 
