@@ -11,8 +11,8 @@ shapes are what matter). The cached reference log-probs are a uniform policy's, 
 initialisation gives: their values do not change the step's work, and the scoring pass that `--reference-pass`
 runs instead costs a compilation of its own. Each case records its set-up, reference and first-step seconds.
 `--profile STEPS` also traces that many steps (`bench/op_profile.py`: time by XLA op, JAX primitive and, on a
-GPU, kernel family) and writes the compiled program beside the JSON. Every pair has two sequences of `--length` tokens, the second half of each marked as
-action tokens. Per model, remat, pairs per step and attention (`ModelConfig.attention`: the block-wise kernel
+GPU, kernel family) and writes the compiled program beside the JSON. Every pair has two sequences of
+`--length` tokens, the second half of each marked as action tokens. Per model, remat, pairs per step and attention (`ModelConfig.attention`: the block-wise kernel
 or cuDNN's fused one): `--warmup` untimed steps (the first compiles), then the median of `--steps` steps, each
 blocked until its metrics are ready. The JSON is rewritten after every case, so a run cut short keeps the cases
 it finished.

@@ -61,7 +61,8 @@ def _hlo_instruction(event: dict, names: dict[str, str]) -> str | None:
     return next((c for c in candidates if c in names), None)
 
 
-def _trace_events(run, calls: int) -> list[dict]:
+def trace_events(run, calls: int) -> list[dict]:
+    """The trace events of `calls` calls of `run()` under `jax.profiler` (each blocked until ready)."""
     import jax
 
     with tempfile.TemporaryDirectory() as trace_dir:
@@ -128,7 +129,7 @@ def summarize_events(events: list[dict], names: dict[str, str], calls: int) -> d
 
 def profile_ops(run, hlo_text: str, calls: int = 2) -> dict:
     """`summarize_events` of `calls` traced calls of `run()` (already compiled and warmed up)."""
-    return summarize_events(_trace_events(run, calls), op_names(hlo_text), calls)
+    return summarize_events(trace_events(run, calls), op_names(hlo_text), calls)
 
 
 def print_summary(summary: dict, title: str, top: int = 25) -> None:

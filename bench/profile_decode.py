@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
-import gzip
-import json
-import tempfile
 import time
 
 import ceiling
 import flops
 import numpy as np
-from op_profile import op_names, primitive
+from op_profile import op_names, primitive, trace_events
 
 
 def _model_config(name: str):
@@ -129,14 +125,7 @@ def main() -> None:
     decode_once(0)  # compile
     steps = args.new - 1  # the first token comes from the given logits
     walls = [decode_once(k) / steps for k in (1, 2, 3)]
-    with tempfile.TemporaryDirectory() as trace_dir:
-        jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
-        decode_once(4)
-        jax.profiler.stop_trace()
-        trace = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
-        with gzip.open(trace) as f:
-            events = json.load(f)
-    events = events["traceEvents"] if isinstance(events, dict) else events
+    events = trace_events(lambda: decode_once(4), calls=1)
     per_op, calls = collections.Counter(), collections.Counter()
     for event in events:
         op_args = event.get("args") or {}

@@ -41,8 +41,10 @@ def test_peak_lookup():
     assert gpu_mfu.peak_tflops("cpu") is None
 
 
-def test_one_tiny_case_runs(monkeypatch):
-    tiny = dict(
+@pytest.fixture
+def tiny(monkeypatch):
+    """A 2-layer SmolLM2-like shape registered as model 'tiny' for the test's duration."""
+    shape = dict(
         gpu_mfu.MODELS["smollm2_135m"],
         num_layers=2,
         hidden_size=64,
@@ -52,9 +54,13 @@ def test_one_tiny_case_runs(monkeypatch):
         head_dim=16,
         vocab_size=256,
     )
-    monkeypatch.setitem(gpu_mfu.MODELS, "tiny", tiny)
-    case = gpu_mfu.bench_case("tiny", remat=True, pairs=2, length=32, warmup=1, timed=1, reference_pass=True)
-    cfg = gpu_mfu.model_config("tiny", remat=True)
+    monkeypatch.setitem(gpu_mfu.MODELS, "tiny", shape)
+    return "tiny"
+
+
+def test_one_tiny_case_runs(tiny):
+    case = gpu_mfu.bench_case(tiny, remat=True, pairs=2, length=32, warmup=1, timed=1, reference_pass=True)
+    cfg = gpu_mfu.model_config(tiny, remat=True)
     assert case["setup_s"] > 0 and case["reference_s"] > 0
     assert case["useful_tflop_per_step"] * 1e12 == pytest.approx(
         flops.dpo_step_flops(flops.model_fields(cfg), 2, 32, reference_forward=False)
@@ -62,20 +68,9 @@ def test_one_tiny_case_runs(monkeypatch):
     assert case["tokens_per_s"] > 0 and jnp.isfinite(case["final_loss"])
 
 
-def test_one_tiny_case_profiles_its_ops_by_jax_primitive(monkeypatch, tmp_path):
-    tiny = dict(
-        gpu_mfu.MODELS["smollm2_135m"],
-        num_layers=1,
-        hidden_size=32,
-        intermediate_size=64,
-        num_heads=2,
-        num_kv_heads=1,
-        head_dim=16,
-        vocab_size=128,
-    )
-    monkeypatch.setitem(gpu_mfu.MODELS, "tiny", tiny)
+def test_one_tiny_case_profiles_its_ops_by_jax_primitive(tiny, tmp_path):
     case = gpu_mfu.bench_case(
-        "tiny", remat=False, pairs=1, length=16, warmup=1, timed=1, profile_calls=1, hlo_dir=str(tmp_path)
+        tiny, remat=False, pairs=1, length=16, warmup=1, timed=1, profile_calls=1, hlo_dir=str(tmp_path)
     )
     assert case["reference_s"] == 0.0  # a uniform policy's log-probs, no scoring pass
     assert 0.0 < case["final_loss"] < 10.0
