@@ -1,5 +1,6 @@
-"""The hand-written CPU attention kernel (`models.cpu_kernels`) against float64 NumPy, and the decode loop
-with it against the decode loop on XLA's path."""
+"""The hand-written CPU kernels (`models.cpu_kernels`: prefix attention, small-row matmul) against float64
+NumPy, where `dense` and the unembedding send their products, and the decode loop with the kernels against
+the decode loop on XLA's path."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from flax import nnx
 from seeds import fresh_seed
 
-from coevo_jax.models import Decoder, ModelConfig, cpu_kernels, layers
+from coevo_jax.models import Decoder, ModelConfig, cpu_kernels, dense, layers
 from coevo_jax.models.kv_cache import place_chunk
 from coevo_jax.models.layers import attend_cached_rows
 from coevo_jax.sampling import Sampler, SamplingConfig
@@ -96,6 +97,67 @@ def test_cached_chunk_attention_reads_the_prefix_the_placement_allows(length):
     np.testing.assert_allclose(
         np.asarray(got).reshape(expected.shape)[real], expected[real], atol=2e-5, rtol=2e-5
     )
+
+
+@pytest.mark.parametrize(
+    "rows, depth, features",
+    [(1, 1, 1), (8, 256, 688), (8, 688, 256), (3, 13, 37), (16, 64, 1030), (13, 100, 2049), (11, 7, 16),
+     (2, 3, 4)],
+)  # fmt: skip
+def test_small_matmul_matches_float64(rows, depth, features):
+    # row counts off the register blocks, depths off the 8-row weight blocks, columns off the 16-lane vectors;
+    # narrow weights split by rows between threads, wide ones (>= 1,024 columns) by columns
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, depth)).astype(np.float32)
+    w = rng.standard_normal((depth, features)).astype(np.float32)
+    assert cpu_kernels.small_matmul_applies(jnp.float32, jnp.float32, rows)
+    got = np.asarray(jax.jit(cpu_kernels.small_matmul)(x, w))
+    expected = x.astype(np.float64) @ w.astype(np.float64)
+    bound = 1e-6 * np.sqrt(depth) * (np.abs(x) @ np.abs(w)).max()  # float32 sums of `depth` terms
+    assert np.abs(got - expected).max() <= bound, f"seed {seed}"
+
+
+def test_small_matmul_keeps_leading_axes_and_runs_under_vmap():
+    rng = np.random.default_rng(seed := fresh_seed())
+    x = rng.standard_normal((3, 2, 4, 24)).astype(np.float32)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    expected = x.astype(np.float64) @ w.astype(np.float64)
+    got = jax.jit(cpu_kernels.small_matmul)(x[0], w)
+    assert got.shape == (2, 4, 40)
+    np.testing.assert_allclose(np.asarray(got), expected[0], atol=1e-5, err_msg=f"seed {seed}")
+    batched = jax.jit(jax.vmap(cpu_kernels.small_matmul, in_axes=(0, None)))(x, w)
+    np.testing.assert_allclose(np.asarray(batched), expected, atol=1e-5, err_msg=f"seed {seed}")
+
+
+def test_dense_and_the_unembedding_send_few_float32_rows_to_the_kernel(monkeypatch):
+    calls = []
+
+    def counted(x, w):
+        calls.append(x.shape)
+        return cpu_kernels.small_matmul(x, w)
+
+    monkeypatch.setattr(dense, "small_matmul", counted)
+    x, w = jnp.ones((2, 8, 32), jnp.float32), jnp.ones((32, 5), jnp.float32)
+    jax.eval_shape(dense.dense, x, w)  # 16 rows
+    jax.eval_shape(dense.dense, jnp.ones((17, 32), jnp.float32), w)  # one row too many
+    jax.eval_shape(dense.dense, x.astype(jnp.bfloat16), w)  # bf16: XLA's bf16 product
+    assert calls == [(2, 8, 32)]
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((2,), ("data",))):
+        jax.eval_shape(dense.dense, x, w)  # sharded operands: XLA's path, which SPMD partitions
+    assert len(calls) == 1
+    # the unembedding of an untied model, at a decode step's rows; a tied one keeps XLA's transposed product
+    hidden = np.random.default_rng(seed := fresh_seed()).standard_normal((4, 1, 16)).astype(np.float32)
+    for tied, expected_calls in [(False, 2), (True, 2)]:
+        cfg = ModelConfig(
+            vocab_size=40, hidden_size=16, intermediate_size=24, num_layers=1, num_heads=2, num_kv_heads=1,
+            head_dim=8, dtype="float32", param_dtype="float32", tie_word_embeddings=tied,
+        )  # fmt: skip
+        model = Decoder(cfg, rngs=nnx.Rngs(0))
+        got = model.logits_from_hidden(jnp.asarray(hidden))
+        assert len(calls) == expected_calls
+        want = hidden.astype(np.float64) @ np.asarray(model.unembedding, np.float64)
+        np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, err_msg=f"seed {seed}, tied {tied}")
 
 
 def _greedy(model, prompts, kernels: str, monkeypatch):

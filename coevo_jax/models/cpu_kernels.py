@@ -1,10 +1,15 @@
 """Hand-written XLA:CPU kernels (XLA FFI), built from `csrc/` by the machine's C++ compiler on first use.
 
-`prefix_attention` attends each query over the first `limit` cached slots of its row only, scores,
-softmax and values in one pass split over XLA's intra-op threads. XLA itself must read every slot of the
-cache window, however short each row's live context (static shapes). Every attention over the cache (a
-prefill chunk, a decode step) uses it on the CPU in float32 (`layers.attend_cached_rows`); other backends
-and dtypes keep the XLA path.
+- `prefix_attention` attends each query over the first `limit` cached slots of its row only, scores,
+  softmax and values in one pass split over XLA's intra-op threads. XLA itself must read every slot of the
+  cache window, however short each row's live context (static shapes). Every attention over the cache (a
+  prefill chunk, a decode step) uses it on the CPU in float32 (`layers.attend_cached_rows`).
+- `small_matmul` multiplies a few rows (a decode step's) by a weight matrix, streaming the weight from
+  memory on both threads at close to the machine's bandwidth, where XLA's product runs on one thread at a
+  third of it. `dense.dense` and the decoder's unembedding use it on the CPU in float32 for up to
+  `SMALL_MATMUL_MAX_ROWS` rows (forward only: their backward stays XLA's).
+
+Other backends and dtypes keep the XLA path.
 
 The shared library is compiled once per source, compiler, CPU and jaxlib (`-O3 -march=native`: the machine
 that runs it builds it), into `$COEVO_JAX_KERNEL_DIR` (default `~/.cache/coevo_jax/kernels`); the compiler
@@ -31,9 +36,15 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("csrc") / "prefix_attention.cc"
+SOURCES = tuple(
+    Path(__file__).with_name("csrc") / name for name in ("prefix_attention.cc", "small_matmul.cc")
+)
 TARGET = "coevo_jax_prefix_attention_f32"
+SMALL_MATMUL_TARGET = "coevo_jax_small_matmul_f32"
 MAX_HEAD_DIM = 256  # the kernel's query buffers
+# Up to here the kernel streams the weights faster than XLA:CPU's product (bench/small_matmul.py); beyond,
+# its arithmetic (every weight times every row) rather than the memory traffic sets the pace.
+SMALL_MATMUL_MAX_ROWS = 16
 _FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-std=c++17", "-shared", "-fPIC", "-w")
 
 
@@ -50,11 +61,12 @@ def _cpu_signature() -> str:
 def _library_path(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), version.encode(), " ".join(_FLAGS).encode(), _cpu_signature().encode()):
+    parts = (*(source.read_bytes() for source in SOURCES), version.encode(), " ".join(_FLAGS).encode())
+    for part in (*parts, _cpu_signature().encode()):
         digest.update(part)
     digest.update(jax.__version__.encode())
     directory = Path(os.environ.get("COEVO_JAX_KERNEL_DIR", Path.home() / ".cache" / "coevo_jax" / "kernels"))
-    return directory / f"prefix_attention-{digest.hexdigest()[:16]}.so"
+    return directory / f"cpu_kernels-{digest.hexdigest()[:16]}.so"
 
 
 def _build(compiler: str) -> Path:
@@ -66,7 +78,7 @@ def _build(compiler: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, partial = tempfile.mkstemp(dir=path.parent, suffix=".so.partial")
     os.close(handle)
-    command = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", partial]
+    command = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", partial]
     try:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
@@ -83,8 +95,11 @@ def _load_and_register(compiler: str) -> bool:
     try:
         library = ctypes.cdll.LoadLibrary(str(_build(compiler)))
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.PrefixAttentionF32), platform="cpu")
+        jax.ffi.register_ffi_target(
+            SMALL_MATMUL_TARGET, jax.ffi.pycapsule(library.SmallMatmulF32), platform="cpu"
+        )
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-        log.warning("CPU kernels unavailable, attention stays on XLA's path: %s", error)
+        log.warning("CPU kernels unavailable, XLA's path serves instead: %s", error)
         return False
     return True
 
@@ -95,17 +110,38 @@ def _registered() -> bool:
     return _load_and_register(os.environ.get("CXX", "c++"))
 
 
-def prefix_attention_applies(q_dtype, cache_dtype, head_dim: int) -> bool:
-    """Whether `prefix_attention` serves this call: float32, the CPU backend, no mesh of several devices
-    active (XLA cannot partition a custom call: it would gather the sharded cache), kernels on and built."""
+def _kernels_serve(*dtypes) -> bool:
+    """Kernels on, the CPU backend, every operand float32, no mesh of several devices active (XLA cannot
+    partition a custom call: it would gather sharded operands)."""
     if os.environ.get("COEVO_JAX_CPU_KERNELS", "1") == "0" or jax.default_backend() != "cpu":
         return False
     mesh = jax.sharding.get_abstract_mesh()
     if not mesh.empty and mesh.size > 1:
         return False
-    if jnp.dtype(q_dtype) != jnp.float32 or jnp.dtype(cache_dtype) != jnp.float32:
-        return False
-    return head_dim <= MAX_HEAD_DIM and _registered()
+    return all(jnp.dtype(dtype) == jnp.float32 for dtype in dtypes)
+
+
+def prefix_attention_applies(q_dtype, cache_dtype, head_dim: int) -> bool:
+    """Whether `prefix_attention` serves this call (`_kernels_serve`, a head_dim its buffers hold, built)."""
+    return _kernels_serve(q_dtype, cache_dtype) and head_dim <= MAX_HEAD_DIM and _registered()
+
+
+def small_matmul_applies(x_dtype, w_dtype, rows: int) -> bool:
+    """Whether `small_matmul` serves a product of `rows` rows (`_kernels_serve`, at most
+    `SMALL_MATMUL_MAX_ROWS` rows, built)."""
+    return _kernels_serve(x_dtype, w_dtype) and 0 < rows <= SMALL_MATMUL_MAX_ROWS and _registered()
+
+
+def small_matmul(x_MxK: jax.Array, w_KxN: jax.Array) -> jax.Array:
+    """x [..., K] @ w [K, N] -> [..., N] in float32, both threads streaming w (`small_matmul_applies`).
+    No autodiff rule: callers that differentiate wrap it (`dense.dense`)."""
+    if not _registered():
+        raise RuntimeError("the CPU kernels could not be built; see the warning above")
+    *lead, depth = x_MxK.shape
+    rows = int(np.prod(lead, dtype=np.int64))
+    out_shape = jax.ShapeDtypeStruct((rows, w_KxN.shape[1]), jnp.float32)
+    call = jax.ffi.ffi_call(SMALL_MATMUL_TARGET, out_shape, vmap_method="sequential")
+    return call(x_MxK.reshape(rows, depth), w_KxN).reshape(*lead, w_KxN.shape[1])
 
 
 def prefix_attention(

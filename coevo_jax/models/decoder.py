@@ -40,6 +40,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.cpu_kernels import small_matmul_applies
 from coevo_jax.models.dense import dense
 from coevo_jax.models.fused_attention import fused_causal_attention, uses_fused
 from coevo_jax.models.kv_cache import KVCache, place_chunk, write_keys, write_values
@@ -256,6 +257,9 @@ class Decoder(nnx.Module):
 
     def logits_from_hidden(self, hidden_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits [B, T, V] from final hidden states."""
+        rows = hidden_BxTxD.shape[0] * hidden_BxTxD.shape[1]
+        if self.lm_head is not None and small_matmul_applies(hidden_BxTxD.dtype, self.lm_head.dtype, rows):
+            return dense(hidden_BxTxD, self.unembedding)  # a decode step's rows: the CPU kernel (`dense`)
         logits = jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembedding, preferred_element_type=jnp.float32)
         return constrain(logits, ("batch", "length", "vocab"))
 

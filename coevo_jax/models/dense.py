@@ -11,13 +11,21 @@ in float32 either way, so the numbers are the same). On every backend the kernel
 straight from the float32 accumulator in the kernel's own dtype, so float32 master weights get a
 gradient that was never rounded to bf16.
 
+A decode step's few rows (up to `cpu_kernels.SMALL_MATMUL_MAX_ROWS`) in float32 on the CPU go to the
+hand-written `cpu_kernels.small_matmul` instead, which streams the weight on both threads at close to the
+memory bandwidth (XLA's product runs on one thread); the backward is XLA's either way.
+
 Shape legend: M the leading (batch, length, ...) axes of `x`, K contracted, N output features.
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+
+from coevo_jax.models.cpu_kernels import small_matmul, small_matmul_applies
 
 
 def _product(a, b, spec: str, dtype) -> jax.Array:
@@ -30,6 +38,8 @@ def _product(a, b, spec: str, dtype) -> jax.Array:
 @jax.custom_vjp
 def dense(x_MxK: jax.Array, kernel_KxN: jax.Array) -> jax.Array:
     """x [..., K] @ kernel [K, N] -> [..., N] in x's dtype; the kernel is cast to x's dtype first."""
+    if small_matmul_applies(x_MxK.dtype, kernel_KxN.dtype, math.prod(x_MxK.shape[:-1])):
+        return small_matmul(x_MxK, kernel_KxN)
     return _product(x_MxK, kernel_KxN.astype(x_MxK.dtype), "...k,kn->...n", x_MxK.dtype)
 
 
