@@ -176,6 +176,15 @@ def categorical(key: jax.Array, logits_BxV: jax.Array) -> jax.Array:
     return first_argmax(noise_BxV + logits_BxV)
 
 
+def log_normaliser(logits_BxV: jax.Array) -> jax.Array:
+    """float32 [B]: log sum exp over the vocabulary, the sum of exponentials taken as a product with a vector
+    of ones. XLA:CPU runs `jax.nn.logsumexp`'s fused exp-and-sum reduction on one thread: 108 µs of a 1.6 ms
+    anchor decode step (8 rows x 8,192), against ~30 µs for the exponentials and a matrix-vector product."""
+    max_B = jnp.max(logits_BxV, axis=-1)
+    ones_V = jnp.ones(logits_BxV.shape[-1], logits_BxV.dtype)
+    return max_B + jnp.log(jnp.exp(logits_BxV - max_B[:, None]) @ ones_V)
+
+
 def sample_with_logprobs(
     logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig
 ) -> tuple[jax.Array, jax.Array]:
@@ -187,7 +196,7 @@ def sample_with_logprobs(
     logits_BxV = sampling_logits(logits_BxV, cfg)
     token_B = first_argmax(logits_BxV) if cfg.greedy else categorical(key, logits_BxV)
     chosen_B = jnp.take_along_axis(logits_BxV, token_B[:, None], axis=-1)[:, 0]
-    return token_B, chosen_B - jax.nn.logsumexp(logits_BxV, axis=-1)
+    return token_B, chosen_B - log_normaliser(logits_BxV)
 
 
 def sample_tokens(logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig) -> jax.Array:

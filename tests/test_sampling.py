@@ -21,6 +21,7 @@ from coevo_jax.sampling import (
     categorical,
     first_argmax,
     left_pad,
+    log_normaliser,
     sample_tokens,
 )
 from coevo_jax.sharding import MeshConfig, make_mesh
@@ -437,3 +438,16 @@ def test_a_window_too_small_for_the_turn_is_refused(model):
         sampler.prefill(params, sampler.init_cache(), _prompts(15, (20,)), [0], window=16)
     with pytest.raises(ValueError, match="window 48"):
         sampler.decode(params, sampler.init_cache(), jnp.zeros((1, VOCAB)), [True], jax.random.key(0), 48)
+
+
+def test_log_normaliser_matches_float64_logsumexp():
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal((5, 1000)) * 10).astype(np.float32)
+    logits[1, :990] = -np.inf  # top-k truncation leaves ten finite logits
+    logits[2, 7] = 80.0  # one dominant logit
+    finite = np.where(np.isinf(logits), -np.inf, logits.astype(np.float64))
+    peak = finite.max(-1, keepdims=True)
+    expected = peak[:, 0] + np.log(np.exp(finite - peak).sum(-1))
+    got = np.asarray(jax.jit(log_normaliser)(jnp.asarray(logits)))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-5, err_msg=f"seed {seed}")
