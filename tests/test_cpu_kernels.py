@@ -102,16 +102,16 @@ def test_cached_chunk_attention_reads_the_prefix_the_placement_allows(length):
 @pytest.mark.parametrize(
     "rows, depth, features",
     [(1, 1, 1), (8, 256, 688), (8, 688, 256), (3, 13, 37), (16, 64, 1030), (13, 100, 2049), (11, 7, 16),
-     (2, 3, 4)],
+     (2, 3, 4), (40, 24, 1100), (20, 300, 48)],
 )  # fmt: skip
 def test_small_matmul_matches_float64(rows, depth, features):
-    # row counts off the register blocks, depths off the 8-row weight blocks, columns off the 16-lane vectors;
-    # narrow weights split by rows between threads, wide ones (>= 1,024 columns) by columns
+    # row counts off the register blocks (above 16: groups of 16), depths off the 8-row weight blocks, columns
+    # off the 16-lane vectors; narrow weights split by rows between threads, wide ones (>= 1,024) by columns
     seed = fresh_seed()
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, depth)).astype(np.float32)
     w = rng.standard_normal((depth, features)).astype(np.float32)
-    assert cpu_kernels.small_matmul_applies(jnp.float32, jnp.float32, rows)
+    assert cpu_kernels.small_matmul_applies(jnp.float32, jnp.float32, rows) == (rows <= 16)
     got = np.asarray(jax.jit(cpu_kernels.small_matmul)(x, w))
     expected = x.astype(np.float64) @ w.astype(np.float64)
     bound = 1e-6 * np.sqrt(depth) * (np.abs(x) @ np.abs(w)).max()  # float32 sums of `depth` terms

@@ -1,9 +1,8 @@
-// out [M, N] = x [M, K] . w [K, N] for a few rows (M up to 16 a pass), float32, for XLA:CPU (an XLA FFI
-// handler).
+// out [M, N] = x [M, K] . w [K, N] for a few rows (a decode step's), float32, for XLA:CPU (an XLA FFI handler).
 //
 // A decode step multiplies 8-16 rows by every weight matrix once: the product is bound by how fast the
-// weights stream from memory, not by arithmetic. XLA:CPU runs it on one thread, walking each weight in
-// column panels (strided reads), and reaches a third of the machine's streaming bandwidth. This kernel
+// weights stream from memory, not by arithmetic. XLA:CPU runs it on one thread and reaches a third of the
+// machine's streaming bandwidth (bench/small_matmul.py). This kernel
 // splits each weight between XLA's intra-op threads in contiguous pieces (whole row ranges when rows
 // are short, column ranges when they are long), walks 8 weight rows side by side so the prefetchers see
 // sequential streams, prefetches one block ahead, and keeps every row's accumulators in registers.
@@ -27,7 +26,7 @@ namespace {
 
 typedef float f32x16 __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
-constexpr int64_t kMaxRows = 16;   // rows held in registers in one pass over the weights
+constexpr int64_t kMaxRows = 16;   // rows held in registers at once (more: groups of 16, one after another)
 constexpr int64_t kBlockK = 8;     // weight rows streamed side by side
 constexpr int64_t kWideN = 1024;   // from here on, threads split the columns instead of the rows of w
 
@@ -70,25 +69,24 @@ void block(const Product& p, const float* x, float* out, int64_t n0, int64_t n1,
   }
 }
 
-// out[0:R, n0:n1] = x[0:R, k0:k1] . w[k0:k1, n0:n1]
 template <int R>
-void rows(const Product& p, const float* x, float* out, int64_t n0, int64_t n1, int64_t k0, int64_t k1) {
-  for (int64_t k = k0; k < k1; k += kBlockK) block<R>(p, x, out, n0, n1, k, std::min(kBlockK, k1 - k), k != k0);
-}
-
-template <int R>
-void rows_dispatch(int64_t r, const Product& p, const float* x, float* out, int64_t n0, int64_t n1,
-                   int64_t k0, int64_t k1) {
+void block_dispatch(int64_t r, const Product& p, const float* x, float* out, int64_t n0, int64_t n1,
+                    int64_t k0, int64_t kb, bool accumulate) {
   if constexpr (R > 1) {
-    if (r < R) return rows_dispatch<R - 1>(r, p, x, out, n0, n1, k0, k1);
+    if (r < R) return block_dispatch<R - 1>(r, p, x, out, n0, n1, k0, kb, accumulate);
   }
-  rows<R>(p, x, out, n0, n1, k0, k1);
+  block<R>(p, x, out, n0, n1, k0, kb, accumulate);
 }
 
-// out[:, n0:n1] = x[:, k0:k1] . w[k0:k1, n0:n1], all M rows, in passes of up to kMaxRows
+// out[:, n0:n1] = x[:, k0:k1] . w[k0:k1, n0:n1] for all M rows: each block of weight rows is read from
+// memory once, by the first group of up to kMaxRows rows, and from the cache by the others
 void part(const Product& p, float* out, int64_t n0, int64_t n1, int64_t k0, int64_t k1) {
-  for (int64_t m = 0; m < p.M; m += kMaxRows) {
-    rows_dispatch<kMaxRows>(std::min(kMaxRows, p.M - m), p, p.x + m * p.K, out + m * p.N, n0, n1, k0, k1);
+  for (int64_t k = k0; k < k1; k += kBlockK) {
+    const int64_t kb = std::min(kBlockK, k1 - k);
+    for (int64_t m = 0; m < p.M; m += kMaxRows) {
+      block_dispatch<kMaxRows>(std::min(kMaxRows, p.M - m), p, p.x + m * p.K, out + m * p.N, n0, n1, k, kb,
+                               k != k0);
+    }
   }
 }
 
