@@ -126,6 +126,10 @@ ffi::Error SmallMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
   if (wd[0] != K || od[0] != M || od[1] != N) {
     return ffi::Error::InvalidArgument("small_matmul: inconsistent shapes");
   }
+  if (M == 0 || N == 0 || K == 0) {  // an empty sum: zeros
+    std::fill(out->typed_data(), out->typed_data() + M * N, 0.0f);
+    return ffi::Error::Success();
+  }
   auto work = std::make_shared<Work>();
   work->out = out->typed_data();
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
