@@ -5,8 +5,7 @@
   cache window, however short each row's live context (static shapes). Every attention over the cache (a
   prefill chunk, a decode step) uses it on the CPU in float32 (`layers.attend_cached_rows`).
 - `small_matmul` multiplies a few rows (a decode step's) by a weight matrix, streaming the weight from
-  memory on both threads at close to the machine's bandwidth, where XLA's product runs on one thread at a
-  third of it. `dense.dense` and the decoder's unembedding use it on the CPU in float32 for up to
+  memory on both threads: 1.2-2.5x XLA's one-thread product at 8 rows (`bench/small_matmul.py`). `dense.dense` and the decoder's unembedding use it on the CPU in float32 for up to
   `SMALL_MATMUL_MAX_ROWS` rows (forward only: their backward stays XLA's).
 
 Other backends and dtypes keep the XLA path.

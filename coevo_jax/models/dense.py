@@ -12,8 +12,8 @@ straight from the float32 accumulator in the kernel's own dtype, so float32 mast
 gradient that was never rounded to bf16.
 
 A decode step's few rows (up to `cpu_kernels.SMALL_MATMUL_MAX_ROWS`) in float32 on the CPU go to the
-hand-written `cpu_kernels.small_matmul` instead, which streams the weight on both threads at close to the
-memory bandwidth (XLA's product runs on one thread); the backward is XLA's either way.
+hand-written `cpu_kernels.small_matmul` instead, which streams the weight on both threads (XLA's product
+runs on one thread); the backward is XLA's either way.
 
 Shape legend: M the leading (batch, length, ...) axes of `x`, K contracted, N output features.
 """

@@ -1,12 +1,12 @@
 // out [M, N] = x [M, K] . w [K, N] for a few rows (a decode step's), float32, for XLA:CPU (an XLA FFI handler).
 //
 // A decode step multiplies 8-16 rows by every weight matrix once: the product is bound by how fast the
-// weights stream from memory, not by arithmetic. XLA:CPU runs it on one thread and reaches a third of the
-// machine's streaming bandwidth (bench/small_matmul.py). This kernel
-// splits each weight between XLA's intra-op threads in contiguous pieces (whole row ranges when rows
-// are short, column ranges when they are long), walks 8 weight rows side by side so the prefetchers see
-// sequential streams, prefetches one block ahead, and keeps every row's accumulators in registers.
-// Written with GCC vector extensions (-O3 -march=native); nothing here is specific to one instruction set.
+// weights stream from memory, not by arithmetic. XLA:CPU runs it on one thread at a third to a half of the
+// machine's streaming bandwidth (bench/small_matmul.py). This kernel splits each weight between XLA's
+// intra-op threads in contiguous pieces (whole row ranges when rows are short, column ranges when they are
+// long), walks 8 weight rows side by side so the prefetchers see sequential streams, prefetches one block
+// ahead, and keeps every row's accumulators in registers. Written with GCC vector extensions (-O3
+// -march=native); nothing here is specific to one instruction set.
 //
 //   x   [M, K] f32  (any leading axes flattened by the caller)
 //   w   [K, N] f32  row-major, as the model stores it
