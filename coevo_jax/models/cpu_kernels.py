@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 SOURCES = tuple(
     Path(__file__).with_name("csrc") / name for name in ("prefix_attention.cc", "small_matmul.cc")
 )
+HEADERS = (Path(__file__).with_name("csrc") / "parallel_parts.h",)  # included by the sources
 TARGET = "coevo_jax_prefix_attention_f32"
 SMALL_MATMUL_TARGET = "coevo_jax_small_matmul_f32"
 MAX_HEAD_DIM = 256  # the kernel's query buffers
@@ -60,7 +61,11 @@ def _cpu_signature() -> str:
 def _library_path(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     digest = hashlib.sha256()
-    parts = (*(source.read_bytes() for source in SOURCES), version.encode(), " ".join(_FLAGS).encode())
+    parts = (
+        *(source.read_bytes() for source in SOURCES + HEADERS),
+        version.encode(),
+        " ".join(_FLAGS).encode(),
+    )
     for part in (*parts, _cpu_signature().encode()):
         digest.update(part)
     digest.update(jax.__version__.encode())

@@ -14,14 +14,12 @@
 //   limits  [B, T]          s32  query (g, t) of row b attends slots [0, limits[b, t]); 0: output zeros
 //   out     [B, K, Q, E] f32    softmax(q . k * scale) . v over the prefix
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <thread>
 #include <vector>
 
+#include "parallel_parts.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -192,27 +190,6 @@ void attend_pairs(const Shapes& d, float scale, const float* q, const float* k, 
   }
 }
 
-// Work shared by the calling thread and the tasks it schedules: chunks of (row, kv head) pairs taken from
-// an atomic counter, so a task that starts late finds nothing left and the caller never waits on a task
-// that has not started. Owned jointly (shared_ptr): a late task may outlive the call.
-struct Work {
-  Shapes d;
-  float scale;
-  const float *q, *k, *v;
-  const int32_t* limits;
-  float* out;
-  int64_t chunk, chunks;
-  std::atomic<int64_t> next{0}, done{0};
-
-  void run() {
-    for (int64_t c; (c = next.fetch_add(1)) < chunks;) {
-      const int64_t begin = c * chunk, end = std::min(begin + chunk, d.B * d.K);
-      attend_pairs(d, scale, q, k, v, limits, out, begin, end);
-      done.fetch_add(1, std::memory_order_release);
-    }
-  }
-};
-
 ffi::Error PrefixAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> queries,
                                ffi::Buffer<ffi::F32> keys, ffi::Buffer<ffi::F32> values,
                                ffi::Buffer<ffi::S32> layer, ffi::Buffer<ffi::S32> limits,
@@ -236,22 +213,19 @@ ffi::Error PrefixAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> queri
     return ffi::Error::InvalidArgument("prefix_attention: layer index out of range");
   }
   const int64_t layer_size = d.B * d.K * d.E * d.S;
-  auto work = std::make_shared<Work>();
-  work->d = d;
-  work->scale = scale;
-  work->q = queries.typed_data();
-  work->k = keys.typed_data() + index * layer_size;
-  work->v = values.typed_data() + index * layer_size;
-  work->limits = limits.typed_data();
-  work->out = out->typed_data();
+  const float* q = queries.typed_data();
+  const float* k = keys.typed_data() + index * layer_size;
+  const float* v = values.typed_data() + index * layer_size;
+  const int32_t* limit_data = limits.typed_data();
+  float* out_data = out->typed_data();
+  // chunks of (row, kv head) pairs, about four a thread
   const int64_t pairs = d.B * d.K;
   const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), pairs));
-  work->chunks = std::min<int64_t>(pairs, threads * 4);
-  work->chunk = (pairs + work->chunks - 1) / work->chunks;
-  work->chunks = (pairs + work->chunk - 1) / work->chunk;
-  for (int64_t t = 1; t < threads; ++t) pool.Schedule([work] { work->run(); });
-  work->run();
-  while (work->done.load(std::memory_order_acquire) < work->chunks) std::this_thread::yield();
+  const int64_t wanted = std::min<int64_t>(pairs, threads * 4);
+  const int64_t chunk = (pairs + wanted - 1) / wanted;
+  coevo_jax::run_parts(pool, (pairs + chunk - 1) / chunk, [=](int64_t c) {
+    attend_pairs(d, scale, q, k, v, limit_data, out_data, c * chunk, std::min(c * chunk + chunk, pairs));
+  });
   return ffi::Error::Success();
 }
 

@@ -12,12 +12,10 @@
 //   w   [K, N] f32  row-major, as the model stores it
 //   out [M, N] f32
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <memory>
-#include <thread>
 #include <vector>
 
+#include "parallel_parts.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -90,32 +88,6 @@ void part(const Product& p, float* out, int64_t n0, int64_t n1, int64_t k0, int6
   }
 }
 
-// Parts taken from an atomic counter by the calling thread and the tasks it schedules, so a task that
-// starts late finds nothing left and the caller never waits on a task that has not started. Owned jointly
-// (shared_ptr): a late task may outlive the call. Part c of a row split writes its partial sums to
-// `partial[c]` (part 0 straight to the output), added up by the caller.
-struct Work {
-  Product p;
-  float* out;
-  std::vector<float> partial;
-  bool split_rows;
-  int64_t step, parts;
-  std::atomic<int64_t> next{0}, done{0};
-
-  void run() {
-    for (int64_t c; (c = next.fetch_add(1)) < parts;) {
-      const int64_t begin = c * step;
-      if (split_rows) {
-        float* target = c == 0 ? out : partial.data() + (c - 1) * p.M * p.N;
-        part(p, target, 0, p.N, begin, std::min(begin + step, p.K));
-      } else {
-        part(p, out, begin, std::min(begin + step, p.N), 0, p.K);
-      }
-      done.fetch_add(1, std::memory_order_release);
-    }
-  }
-};
-
 ffi::Error SmallMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
                            ffi::ResultBuffer<ffi::F32> out) {
   const auto xd = x.dimensions(), wd = w.dimensions(), od = out->dimensions();
@@ -130,30 +102,29 @@ ffi::Error SmallMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
     std::fill(out->typed_data(), out->typed_data() + M * N, 0.0f);
     return ffi::Error::Success();
   }
-  auto work = std::make_shared<Work>();
-  work->out = out->typed_data();
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  work->split_rows = N < kWideN;
-  if (work->split_rows) {  // short weight rows: each thread streams a contiguous range of them
-    work->p = {x.typed_data(), w.typed_data(), M, K, N, kBlockK * N};
-    work->step = ((K + threads - 1) / threads + kBlockK - 1) / kBlockK * kBlockK;
-    work->parts = (K + work->step - 1) / work->step;
-    work->partial.resize((work->parts - 1) * M * N);
-  } else {  // long weight rows: each thread streams a range of columns, row by row
-    work->p = {x.typed_data(), w.typed_data(), M, K, N, 4 * kLanes};
-    work->step = ((N + 2 * threads - 1) / (2 * threads) + kLanes - 1) / kLanes * kLanes;
-    work->parts = (N + work->step - 1) / work->step;
-  }
-  const int64_t helpers = std::min(threads, work->parts) - 1;
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([work] { work->run(); });
-  work->run();
-  while (work->done.load(std::memory_order_acquire) < work->parts) std::this_thread::yield();
-  if (work->split_rows) {
-    float* o = work->out;
-    for (int64_t c = 1; c < work->parts; ++c) {
-      const float* s = work->partial.data() + (c - 1) * M * N;
-      for (int64_t i = 0; i < M * N; ++i) o[i] += s[i];
+  float* out_data = out->typed_data();
+  if (N < kWideN) {  // short weight rows: each part streams a contiguous range of them
+    const Product p{x.typed_data(), w.typed_data(), M, K, N, kBlockK * N};
+    const int64_t step = ((K + threads - 1) / threads + kBlockK - 1) / kBlockK * kBlockK;
+    const int64_t parts = (K + step - 1) / step;
+    // part c's partial sums: the output for part 0, partial[c - 1] for the others, added up at the end
+    std::vector<float> partial((parts - 1) * M * N);
+    float* partial_data = partial.data();
+    coevo_jax::run_parts(pool, parts, [=](int64_t c) {
+      float* target = c == 0 ? out_data : partial_data + (c - 1) * M * N;
+      part(p, target, 0, N, c * step, std::min(c * step + step, K));
+    });
+    for (int64_t c = 1; c < parts; ++c) {
+      const float* s = partial_data + (c - 1) * M * N;
+      for (int64_t i = 0; i < M * N; ++i) out_data[i] += s[i];
     }
+  } else {  // long weight rows: each part streams a range of columns, row by row
+    const Product p{x.typed_data(), w.typed_data(), M, K, N, 4 * kLanes};
+    const int64_t step = ((N + 2 * threads - 1) / (2 * threads) + kLanes - 1) / kLanes * kLanes;
+    coevo_jax::run_parts(pool, (N + step - 1) / step, [=](int64_t c) {
+      part(p, out_data, c * step, std::min(c * step + step, N), 0, K);
+    });
   }
   return ffi::Error::Success();
 }
