@@ -115,7 +115,7 @@ def test_every_reply_keeps_its_sampled_tokens_and_log_probs(rollouts):
             assert codec.decode(trace.ids[start:end]) == action  # the reply text is exactly these tokens
             closed = end > start and trace.ids[end - 1] in codec.end_of_turn_ids
             cut += not closed
-        assert len(trace.logprobs) == trace.num_reply_tokens and max(trace.logprobs) <= 0.0
+        assert len(trace.logprobs) == trace.num_reply_tokens and all(lp <= 0.0 for lp in trace.logprobs)
     assert cut > 0  # replies cut at a stop string or at max_new_tokens: no sampled end-of-turn token
     by_id = lambda items: sorted(items, key=lambda t: t.traj_id)
     assert by_id(read_trajectories(path)) == by_id(trajectories)  # token traces included
@@ -128,13 +128,13 @@ def test_grpo_batches_hold_the_sampled_ids_and_mask_exactly_the_sampled_tokens(r
     for row, t in enumerate(trajectories):
         trace, n = t.tokens, len(t.tokens.ids)
         assert batch["input_ids"][row, :n].tolist() == list(trace.ids)  # no re-tokenisation
+        # a trajectory whose replies the stop string "e" all cut to nothing has no sampled positions
         sampled_positions = [p for start, end in trace.reply_spans for p in range(start, end)]
+        targets_at = np.array(sampled_positions, np.int64) - 1
         # loss_mask[t] marks targets[t] = ids[t + 1]: exactly the sampled tokens, nothing else
         assert (np.flatnonzero(batch["loss_mask"][row]) + 1).tolist() == sampled_positions
-        assert batch["targets"][row, np.array(sampled_positions) - 1].tolist() == [
-            trace.ids[p] for p in sampled_positions
-        ]
-        old = batch["old_logps"][row, np.array(sampled_positions) - 1]
+        assert batch["targets"][row, targets_at].tolist() == [trace.ids[p] for p in sampled_positions]
+        old = batch["old_logps"][row, targets_at]
         np.testing.assert_array_equal(old, np.asarray(trace.logprobs, np.float32))
     assert batch["advantages"].tolist() == [0.5] * 6 + [0.0] * 2
     assert batch["loss_mask"][6:].sum() == 0 and batch["example_mask"].tolist() == [1.0] * 6 + [0.0] * 2
