@@ -45,7 +45,7 @@ def _reference(q_BxKxQxE, keys_BxKxExS, values_BxKxSxE, limits_BxT):
 @pytest.mark.parametrize(
     "batch, kv_heads, groups, length, dim, slots",
     [(1, 1, 1, 1, 8, 1), (3, 2, 2, 1, 32, 100), (8, 4, 2, 1, 32, 384), (2, 3, 3, 1, 64, 517), (2, 1, 4, 3, 128, 40),
-     (2, 2, 2, 19, 32, 300)],
+     (2, 2, 2, 19, 32, 300), (2, 2, 1, 2, 20, 150), (1, 2, 3, 1, 72, 1100)],
 )  # fmt: skip
 def test_prefix_attention_matches_float64(batch, kv_heads, groups, length, dim, slots):
     rng = np.random.default_rng(fresh_seed())
