@@ -56,7 +56,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from coevo_jax.data.batching import bucket_for, power_of_two_buckets
 from coevo_jax.models.config import ModelConfig
-from coevo_jax.models.cpu_kernels import prefix_attention_applies
+from coevo_jax.models.cpu_kernels import logit_stats, logit_stats_applies, prefix_attention_applies
 from coevo_jax.models.decoder import abstract_model, bind, partition_trainable
 from coevo_jax.models.kv_cache import (
     KVCache,
@@ -147,6 +147,8 @@ def first_argmax(x_BxV: jax.Array) -> jax.Array:
     decode step. Here a plain maximum over blocks of `ARGMAX_BLOCK` values (vectorised) finds the first block
     holding the row's maximum (or its first NaN), and one argmax over that block alone finds it: ~50 µs in all
     (`bench/argmax.py`). A last partial block is padded with -inf, which never comes before a real value."""
+    if logit_stats_applies(x_BxV.dtype):  # one pass of a CPU kernel instead
+        return logit_stats(x_BxV)[0]
     *lead, vocab = x_BxV.shape
     if vocab <= ARGMAX_BLOCK:
         return jnp.argmax(x_BxV, axis=-1).astype(jnp.int32)
@@ -181,6 +183,8 @@ def log_normaliser(logits_BxV: jax.Array) -> jax.Array:
     of ones (at full float32 precision, which TPUs and GPUs do not give a float32 product by default). On
     XLA:CPU, `jax.nn.logsumexp`'s fused exp-and-sum reduction took 108 µs of a 1.6 ms anchor decode step
     (8 rows x 8,192), the exponentials and the matrix-vector product ~30 µs."""
+    if logit_stats_applies(logits_BxV.dtype):  # one pass of a CPU kernel instead
+        return logit_stats(logits_BxV)[1]
     max_B = jnp.max(logits_BxV, axis=-1)
     ones_V = jnp.ones(logits_BxV.shape[-1], logits_BxV.dtype)
     exp_sum_B = jnp.matmul(jnp.exp(logits_BxV - max_B[:, None]), ones_V, precision=jax.lax.Precision.HIGHEST)
@@ -196,9 +200,13 @@ def sample_with_logprobs(
     These are the "old" log-probs of GRPO's importance ratio; a trainer reproduces them from the same
     logits divided by the same temperature (top-k / top-p truncation it cannot reproduce)."""
     logits_BxV = sampling_logits(logits_BxV, cfg)
-    token_B = first_argmax(logits_BxV) if cfg.greedy else categorical(key, logits_BxV)
+    if cfg.greedy and logit_stats_applies(logits_BxV.dtype):  # the token and its normaliser in one call
+        token_B, normaliser_B = logit_stats(logits_BxV)
+    else:
+        token_B = first_argmax(logits_BxV) if cfg.greedy else categorical(key, logits_BxV)
+        normaliser_B = log_normaliser(logits_BxV)
     chosen_B = jnp.take_along_axis(logits_BxV, token_B[:, None], axis=-1)[:, 0]
-    return token_B, chosen_B - log_normaliser(logits_BxV)
+    return token_B, chosen_B - normaliser_B
 
 
 def sample_tokens(logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig) -> jax.Array:

@@ -196,6 +196,53 @@ def test_decode_with_the_kernel_matches_xlas_path(monkeypatch):
     np.testing.assert_allclose(logprobs_kernel, logprobs_xla, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows, vocab", [(1, 1), (3, 15), (8, 8192), (5, 1037), (2, 49152)])
+def test_logit_stats_match_float64(rows, vocab):
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, vocab)) * rng.uniform(0.5, 30)).astype(np.float32)
+    expected_lse = _float64_logsumexp(x)
+    argmax, lse = jax.jit(cpu_kernels.logit_stats)(x)
+    assert argmax.dtype == jnp.int32 and lse.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(argmax), np.argmax(x, axis=-1), err_msg=f"seed {seed}")
+    np.testing.assert_allclose(np.asarray(lse), expected_lse, rtol=1e-6, atol=1e-6, err_msg=f"seed {seed}")
+
+
+def _float64_logsumexp(x):
+    x = np.asarray(x, np.float64)
+    top = x.max(-1, keepdims=True)
+    with np.errstate(invalid="ignore"):  # a row of -inf: -inf - -inf
+        return top[..., 0] + np.log(np.exp(x - top).sum(-1))
+
+
+def test_logit_stats_ties_infinities_nans_and_leading_axes():
+    inf, nan = np.inf, np.nan
+    x = np.array(
+        [[1, 3, 3, -inf, 0], [nan, 1, nan, 2, 9], [-inf] * 5, [1, inf, 2, inf, 0], [-inf, 0, -inf, 0, -inf],
+         [2, 2, 2, 2, 2], [-100, -200, -300, -400, -500]],
+        np.float32,
+    )  # fmt: skip
+    argmax, lse = cpu_kernels.logit_stats(x)
+    np.testing.assert_array_equal(np.asarray(argmax), [1, 0, 0, 1, 1, 0, 0])  # jnp.argmax's, NaN largest
+    expected = _float64_logsumexp(x)  # NaN for the NaN row; the rows of -inf and of +inf set apart:
+    expected[2], expected[3] = -inf, inf  # log 0 and log inf, where x - max is NaN
+    np.testing.assert_allclose(np.asarray(lse), expected, rtol=1e-6)
+    stacked = np.stack([x, x[::-1]])  # leading axes beyond one, and vmap
+    argmax, lse = jax.vmap(cpu_kernels.logit_stats)(stacked)
+    np.testing.assert_array_equal(
+        np.asarray(argmax), np.stack([[1, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0, 1]])
+    )
+    np.testing.assert_allclose(np.asarray(lse)[1], expected[::-1], rtol=1e-6)
+    assert cpu_kernels.logit_stats(stacked)[0].shape == (2, 7)
+
+
+def test_logit_stats_serve_float32_only(monkeypatch):
+    assert cpu_kernels.logit_stats_applies(jnp.float32)
+    assert not cpu_kernels.logit_stats_applies(jnp.bfloat16)
+    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", "0")
+    assert not cpu_kernels.logit_stats_applies(jnp.float32)
+
+
 def test_kernels_off_or_other_dtypes_keep_xlas_path(monkeypatch):
     assert not cpu_kernels.prefix_attention_applies(jnp.bfloat16, jnp.float32, 32)
     assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.bfloat16, 32)

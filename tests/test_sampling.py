@@ -226,8 +226,10 @@ def test_sampling_distribution_matches_numpy_reference(temperature, top_k, top_p
     np.testing.assert_allclose(observed, expected, atol=0.015)
 
 
+@pytest.mark.parametrize("kernels", ["0", "1"])  # XLA's two passes; the CPU kernel `logit_stats` (float32)
 @pytest.mark.parametrize("vocab", [5, 128, 129, 620, 1000, 8192])
-def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab):
+def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab, kernels, monkeypatch):
+    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", kernels)
     rng = np.random.default_rng(fresh_seed())
     x = rng.integers(-3, 4, size=(7, vocab)).astype(np.float64)  # a handful of values: many ties
     x[1] = -np.inf  # every value -inf: index 0
@@ -236,7 +238,7 @@ def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab):
     x[4, -1] = 10.0  # the maximum in the last (padded) block
     x[5] = 2.0  # all equal: index 0
     for dtype in (jnp.float32, jnp.bfloat16):
-        got = np.asarray(jax.jit(first_argmax)(jnp.asarray(x, dtype)))
+        got = np.asarray(jax.jit(lambda v: first_argmax(v))(jnp.asarray(x, dtype)))  # traced afresh
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
     stacked = jnp.asarray(np.stack([x, x[::-1]]), jnp.float32)  # leading axes beyond one
@@ -440,7 +442,9 @@ def test_a_window_too_small_for_the_turn_is_refused(model):
         sampler.decode(params, sampler.init_cache(), jnp.zeros((1, VOCAB)), [True], jax.random.key(0), 48)
 
 
-def test_log_normaliser_matches_float64_logsumexp():
+@pytest.mark.parametrize("kernels", ["0", "1"])  # XLA's product; the CPU kernel `logit_stats`
+def test_log_normaliser_matches_float64_logsumexp(kernels, monkeypatch):
+    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", kernels)
     seed = fresh_seed()
     rng = np.random.default_rng(seed)
     logits = (rng.standard_normal((5, 1000)) * 10).astype(np.float32)
@@ -449,5 +453,5 @@ def test_log_normaliser_matches_float64_logsumexp():
     finite = np.where(np.isinf(logits), -np.inf, logits.astype(np.float64))
     peak = finite.max(-1, keepdims=True)
     expected = peak[:, 0] + np.log(np.exp(finite - peak).sum(-1))
-    got = np.asarray(jax.jit(log_normaliser)(jnp.asarray(logits)))
+    got = np.asarray(jax.jit(lambda v: log_normaliser(v))(jnp.asarray(logits)))  # traced afresh
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-5, err_msg=f"seed {seed}")

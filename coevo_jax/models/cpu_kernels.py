@@ -5,8 +5,11 @@
   cache window, however short each row's live context (static shapes). Every attention over the cache (a
   prefill chunk, a decode step) uses it on the CPU in float32 (`layers.attend_cached_rows`).
 - `small_matmul` multiplies a few rows (a decode step's) by a weight matrix, streaming the weight from
-  memory on both threads: 1.2-2.5x XLA's one-thread product at 8 rows (`bench/small_matmul.py`). `dense.dense` and the decoder's unembedding use it on the CPU in float32 for up to
+  memory on both threads: 1.2-2.5x XLA's one-thread product at 8 rows (`bench/small_matmul.py`).
+  `dense.dense` and the decoder's unembedding use it on the CPU in float32 for up to
   `SMALL_MATMUL_MAX_ROWS` rows (forward only: their backward stays XLA's).
+- `logit_stats` gives each row's first argmax and log-sum-exp in one call: a decode step's greedy token
+  and its log-prob normaliser (`sampling.first_argmax`, `sampling.log_normaliser`).
 
 Other backends and dtypes keep the XLA path.
 
@@ -36,11 +39,15 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 SOURCES = tuple(
-    Path(__file__).with_name("csrc") / name for name in ("prefix_attention.cc", "small_matmul.cc")
+    Path(__file__).with_name("csrc") / name
+    for name in ("prefix_attention.cc", "small_matmul.cc", "logit_stats.cc")
 )
-HEADERS = (Path(__file__).with_name("csrc") / "parallel_parts.h",)  # included by the sources
+HEADERS = tuple(  # included by the sources
+    Path(__file__).with_name("csrc") / name for name in ("parallel_parts.h", "vector_math.h")
+)
 TARGET = "coevo_jax_prefix_attention_f32"
 SMALL_MATMUL_TARGET = "coevo_jax_small_matmul_f32"
+LOGIT_STATS_TARGET = "coevo_jax_logit_stats_f32"
 MAX_HEAD_DIM = 256  # the kernel's query buffers
 # Up to here the kernel streams the weights faster than XLA:CPU's product (bench/small_matmul.py); beyond,
 # its arithmetic (every weight times every row) rather than the memory traffic sets the pace.
@@ -102,6 +109,9 @@ def _load_and_register(compiler: str) -> bool:
         jax.ffi.register_ffi_target(
             SMALL_MATMUL_TARGET, jax.ffi.pycapsule(library.SmallMatmulF32), platform="cpu"
         )
+        jax.ffi.register_ffi_target(
+            LOGIT_STATS_TARGET, jax.ffi.pycapsule(library.LogitStatsF32), platform="cpu"
+        )
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
         log.warning("CPU kernels unavailable, XLA's path serves instead: %s", error)
         return False
@@ -134,6 +144,25 @@ def small_matmul_applies(x_dtype, w_dtype, rows: int) -> bool:
     """Whether `small_matmul` serves a product of `rows` rows (`_kernels_serve`, at most
     `SMALL_MATMUL_MAX_ROWS` rows, built)."""
     return _kernels_serve(x_dtype, w_dtype) and 0 < rows <= SMALL_MATMUL_MAX_ROWS and _registered()
+
+
+def logit_stats_applies(dtype) -> bool:
+    """Whether `logit_stats` serves logits of this dtype (`_kernels_serve`, built)."""
+    return _kernels_serve(dtype) and _registered()
+
+
+def logit_stats(x_BxV: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(int32 [...] first argmax, float32 [...] log-sum-exp) over the last axis of float32 `x`, in one call
+    (`logit_stats_applies`). The argmax is `jnp.argmax`'s (a NaN counts as the largest); the log-sum-exp is
+    NaN for a row holding a NaN, -inf for a row of -inf, +inf for one holding +inf. No autodiff rule."""
+    if not _registered():
+        raise RuntimeError("the CPU kernels could not be built; see the warning above")
+    *lead, vocab = x_BxV.shape
+    rows = int(np.prod(lead, dtype=np.int64))
+    shapes = (jax.ShapeDtypeStruct((rows,), jnp.int32), jax.ShapeDtypeStruct((rows,), jnp.float32))
+    call = jax.ffi.ffi_call(LOGIT_STATS_TARGET, shapes, vmap_method="sequential")
+    argmax, lse = call(x_BxV.reshape(rows, vocab))
+    return argmax.reshape(lead), lse.reshape(lead)
 
 
 def small_matmul(x_MxK: jax.Array, w_KxN: jax.Array) -> jax.Array:
