@@ -309,10 +309,14 @@ def prefill(
 
     A row whose chunk is all padding keeps its cache unchanged (its logits are garbage). Every row with a
     chunk must end within the first `window` slots. `fresh`: every row with a chunk starts at length 0, so
-    the chunk attends only itself (the causal block path; see `Decoder.hidden_states_cached`).
+    the chunk attends only itself (the causal block path; see `Decoder.hidden_states_cached`), unless the
+    CPU kernel `prefix_attention` serves the cache: it attends the chunk through the cache faster (the
+    anchor's 8 x 256-token prefill 41-42 ms against 44 on the block path, bench/README.md session 18).
     """
     with _maybe_activation_context(mesh, rules):
         model = bind(graphdef, params, weights, per_layer=False)
+        cfg = model.config
+        fresh = fresh and not prefix_attention_applies(cfg.dtype, cache.keys.dtype, cfg.head_dim)
         full = cache.replace(lengths_B=start_lengths_B.astype(jnp.int32))
         hidden_BxTxD, part = model.hidden_states_cached(
             ids_BxT, leading_slots(full, window), mask_BxT, fresh=fresh

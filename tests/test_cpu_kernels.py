@@ -175,7 +175,7 @@ def _greedy(model, prompts, kernels: str, monkeypatch):
         model, batch_size=len(prompts), cache_len=96, sampling=SamplingConfig(max_new_tokens=40)
     )
     logits, cache = sampler.prefill(params, sampler.init_cache(), prompts, [0] * len(prompts))
-    follow_up = [[3, 4, 5, 6, 7]] * len(prompts)  # a cached chunk (a fresh prompt attends itself block-wise)
+    follow_up = [[3, 4, 5, 6, 7]] * len(prompts)  # a cached chunk after the fresh prompt
     logits, cache = sampler.prefill(params, cache, follow_up, [len(p) for p in prompts])
     result, _ = sampler.decode(params, cache, logits, [True] * len(prompts), jax.random.key(0))
     return np.asarray(result.tokens_BxN), np.asarray(result.logprobs_BxN), len(calls)
@@ -190,8 +190,9 @@ def test_decode_with_the_kernel_matches_xlas_path(monkeypatch):
     prompts = [[1, 2, 3, 4, 5], [7] * 30, [9, 8]]
     tokens_xla, logprobs_xla, calls_xla = _greedy(model, prompts, "0", monkeypatch)
     tokens_kernel, logprobs_kernel, calls_kernel = _greedy(model, prompts, "1", monkeypatch)
-    # traced once: the cached chunk's scanned layer, the decode step's unrolled layers
-    assert calls_xla == 0 and calls_kernel == 1 + cfg.num_layers
+    # traced once each: the fresh prompt's and the cached chunk's scanned layer (a fresh prompt attends through
+    # the cache when the kernel serves it), the decode step's unrolled layers
+    assert calls_xla == 0 and calls_kernel == 2 + cfg.num_layers
     np.testing.assert_array_equal(tokens_kernel, tokens_xla)
     np.testing.assert_allclose(logprobs_kernel, logprobs_xla, atol=1e-5)
 

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "parallel_parts.h"
@@ -140,30 +141,57 @@ void mix(const float* __restrict probs, int64_t S, const float* __restrict v, in
   }
 }
 
+// row[s] = exp(row[s] - max) over [0, n), 0 over [n, end); returns their sum. Whole vectors only: a
+// prefix's last partial vector goes through a 16-float buffer (a scalar tail of up to 15 exponentials
+// cost about as much as the vectors before it, prefixes in a prefill chunk averaging ~128 slots).
+inline float exp_weights(float* __restrict row, int64_t n, int64_t end) {
+  const int64_t full = n / kLanes * kLanes;
+  const float lowest = -std::numeric_limits<float>::infinity();
+  Vec top_lanes = Vec{} + lowest;
+  for (int64_t s = 0; s < full; s += kLanes) {
+    const Vec v = load(row + s);
+    top_lanes = v > top_lanes ? v : top_lanes;
+  }
+  float top = lowest;
+  for (int64_t l = 0; l < kLanes; ++l) top = std::max(top, top_lanes[l]);
+  for (int64_t s = full; s < n; ++s) top = std::max(top, row[s]);
+  Vec sum_lanes = {};
+  for (int64_t s = 0; s < full; s += kLanes) {
+    float* w = row + s;
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) w[l] = coevo_jax::exp_nonpositive(w[l] - top);
+    sum_lanes += load(w);
+  }
+  if (full < n) {
+    float buffer[kLanes];
+    const int64_t rest = n - full;
+    for (int64_t l = 0; l < kLanes; ++l) buffer[l] = l < rest ? row[full + l] - top : -100.0f;
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) buffer[l] = l < rest ? coevo_jax::exp_nonpositive(buffer[l]) : 0.0f;
+    std::copy(buffer, buffer + rest, row + full);
+    sum_lanes += load(buffer);
+  }
+  std::fill(row + n, row + end, 0.0f);
+  float total = 0.0f;
+  for (int64_t l = 0; l < kLanes; ++l) total += sum_lanes[l];
+  return total;
+}
+
 template <int J>
 void score_and_mix(const float (*query)[kMaxDim], const float* k, const float* v, int64_t S, int64_t E,
                    int64_t longest, const int64_t* prefix, float* scores, float (*mixed)[kMaxDim]) {
   score<J>(query, k, S, E, longest, scores);
-  for (int j = 0; j < J; ++j) {  // probabilities over [0, prefix), zeros beyond
+  float inverse[J];
+  for (int j = 0; j < J; ++j) {  // weights over [0, prefix), zeros beyond; normalised after mixing
     float* row = scores + j * S;
     const int64_t n = prefix[j];
-    if (n > 0) {
-      float top = row[0];
-#pragma omp simd reduction(max : top)
-      for (int64_t s = 0; s < n; ++s) top = std::max(top, row[s]);
-      float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-      for (int64_t s = 0; s < n; ++s) {
-        row[s] = coevo_jax::exp_nonpositive(row[s] - top);
-        total += row[s];
-      }
-      const float inverse = 1.0f / total;
-#pragma omp simd
-      for (int64_t s = 0; s < n; ++s) row[s] *= inverse;
-    }
-    std::fill(row + n, row + longest, 0.0f);
+    inverse[j] = n > 0 ? 1.0f / exp_weights(row, n, longest) : 0.0f;
+    if (n == 0) std::fill(row, row + longest, 0.0f);
   }
   mix<J>(scores, S, v, E, longest, mixed);
+  for (int j = 0; j < J; ++j) {
+    for (int64_t e = 0; e < E; ++e) mixed[j][e] *= inverse[j];
+  }
 }
 
 // One (row, kv head): its queries in blocks of up to `kBlock` (a decode step's G heads, or a chunk's
