@@ -1,4 +1,7 @@
-"""The sampler's greedy argmax, A/B in one run: `jnp.argmax` against `sampling.first_argmax` (two passes).
+"""The sampler's greedy argmax, A/B in one run: `jnp.argmax` against `sampling.first_argmax`.
+
+`first_argmax` is the CPU kernel `cpu_kernels.logit_stats` for float32 logits on the CPU, XLA's two passes
+elsewhere or with `COEVO_JAX_CPU_KERNELS=0`.
 
     python bench/argmax.py [--rounds 10] [--steps 50]
 
