@@ -1,6 +1,9 @@
 """A first prefill chunk (every row starting at slot 0), A/B: attending the cache window slot by slot against
-attending only itself on the causal block path (`Decoder.hidden_states_cached(fresh=True)`, what `Sampler`
-now picks for such chunks).
+attending only itself on the causal block path (`Decoder.hidden_states_cached(fresh=True)`).
+
+`Sampler` picks the causal block path for such chunks unless the CPU kernel `prefix_attention` serves the
+cache (float32 on the CPU), where the first variant is the kernel's. The block variant is traced with the
+kernels off (`COEVO_JAX_CPU_KERNELS=0`), or the sampler would send it through the kernel too.
 
     python bench/fresh_prefill.py [--layers 4] [--rows 4] [--rounds 3]
 
@@ -14,6 +17,7 @@ rounds, in milliseconds, and the ratio of the medians.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 
@@ -70,7 +74,16 @@ def main() -> None:
     variants = {"whole window": False, "causal blocks": True}
     for length in cases:
         for fresh in variants.values():
-            run(length, fresh)  # compile
+            kernels = os.environ.get("COEVO_JAX_CPU_KERNELS")
+            if fresh:  # traced (here, on its first call) without the kernel override of `fresh`
+                os.environ["COEVO_JAX_CPU_KERNELS"] = "0"
+            try:
+                run(length, fresh)  # compile
+            finally:
+                if kernels is None:
+                    os.environ.pop("COEVO_JAX_CPU_KERNELS", None)
+                else:
+                    os.environ["COEVO_JAX_CPU_KERNELS"] = kernels
     times = {}
     for _ in range(args.rounds):
         for length in cases:

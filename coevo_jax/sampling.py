@@ -310,8 +310,9 @@ def prefill(
     A row whose chunk is all padding keeps its cache unchanged (its logits are garbage). Every row with a
     chunk must end within the first `window` slots. `fresh`: every row with a chunk starts at length 0, so
     the chunk attends only itself (the causal block path; see `Decoder.hidden_states_cached`), unless the
-    CPU kernel `prefix_attention` serves the cache: it attends the chunk through the cache faster (the
-    anchor's 8 x 256-token prefill 41-42 ms against 44 on the block path, bench/README.md session 18).
+    CPU kernel `prefix_attention` serves the cache: it attends the chunk through the cache as fast or faster
+    (the anchor's 8 x 256-token prefill 41-42 ms against 44 on the block path; SmolLM2's layers 0.89-1.03x the
+    block path's time from 256 to 2,000 tokens, `bench/fresh_prefill.py`; bench/README.md session 18).
     """
     with _maybe_activation_context(mesh, rules):
         model = bind(graphdef, params, weights, per_layer=False)
