@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "parallel_parts.h"
@@ -24,18 +23,15 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-typedef float Vec __attribute__((vector_size(64)));  // 16 floats
-typedef int32_t Mask __attribute__((vector_size(64)));
-constexpr int64_t kLanes = 16;
+using coevo_jax::kLanes, coevo_jax::load, coevo_jax::Vec;
+typedef int32_t Mask __attribute__((vector_size(sizeof(Vec))));  // a comparison of two Vecs
 constexpr int64_t kSumBlock = 1024;  // terms summed in float32 lanes before a float64 total
 
 // The first i with x[i] == value (V if none), a vector at a time.
 int64_t first_equal(const float* __restrict x, int64_t V, float value) {
   int64_t i = 0;
   for (; i + kLanes <= V; i += kLanes) {
-    Vec v;
-    std::memcpy(&v, x + i, sizeof v);
-    const Mask hit = v == value;
+    const Mask hit = load(x + i) == value;
     bool any = false;
     for (int64_t lane = 0; lane < kLanes; ++lane) any = any || hit[lane] != 0;
     if (any) break;
@@ -50,8 +46,7 @@ void row_stats(const float* __restrict x, int64_t V, int32_t* argmax, float* lse
   Mask nan_lanes = {};
   int64_t i = 0;
   for (; i + kLanes <= V; i += kLanes) {
-    Vec v;
-    std::memcpy(&v, x + i, sizeof v);
+    const Vec v = load(x + i);
     nan_lanes |= v != v;
     top_lanes = v > top_lanes ? v : top_lanes;  // a NaN never wins: rows holding one are handled apart
   }
@@ -93,7 +88,8 @@ void row_stats(const float* __restrict x, int64_t V, int32_t* argmax, float* lse
 ffi::Error LogitStatsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> logits,
                           ffi::ResultBuffer<ffi::S32> argmax, ffi::ResultBuffer<ffi::F32> lse) {
   const auto dims = logits.dimensions();
-  if (dims.size() != 2 || argmax->element_count() != dims[0] || lse->element_count() != dims[0]) {
+  if (dims.size() != 2 || static_cast<int64_t>(argmax->element_count()) != dims[0] ||
+      static_cast<int64_t>(lse->element_count()) != dims[0]) {
     return ffi::Error::InvalidArgument("logit_stats: expected [R, V] logits and [R] outputs");
   }
   const int64_t rows = dims[0], vocab = dims[1];

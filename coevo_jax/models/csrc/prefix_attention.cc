@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -32,18 +31,7 @@ struct Shapes {
   int64_t B, K, Q, E, S, T;
 };
 
-// Vectors of 16 floats (GCC/Clang vector extensions: one AVX-512 register, two AVX2 ones), so that the
-// products below keep their accumulators in registers whatever the instruction set.
-constexpr int64_t kLanes = 16;
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-
-inline Vec load(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
+using coevo_jax::kLanes, coevo_jax::load, coevo_jax::store, coevo_jax::Vec;
 
 constexpr int64_t kBlock = 8;      // queries scored together
 constexpr int64_t kMaxDim = 256;   // head_dim the query buffers hold

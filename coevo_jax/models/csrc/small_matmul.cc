@@ -16,24 +16,18 @@
 #include <vector>
 
 #include "parallel_parts.h"
+#include "vector_math.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-typedef float f32x16 __attribute__((vector_size(64)));
-constexpr int64_t kLanes = 16;
+using coevo_jax::kLanes, coevo_jax::load, coevo_jax::store, coevo_jax::Vec;
+
 constexpr int64_t kMaxRows = 16;   // rows held in registers at once (more: groups of 16, one after another)
 constexpr int64_t kBlockK = 8;     // weight rows streamed side by side
 constexpr int64_t kWideN = 1024;   // from here on, threads split the columns instead of the rows of w
-
-inline f32x16 load(const float* p) {
-  f32x16 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, f32x16 v) { __builtin_memcpy(p, &v, sizeof v); }
 
 struct Product {
   const float* x;  // [M, K]
@@ -48,12 +42,12 @@ void block(const Product& p, const float* x, float* out, int64_t n0, int64_t n1,
            bool accumulate) {
   int64_t j = n0;
   for (; j + kLanes <= n1; j += kLanes) {
-    f32x16 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = accumulate ? load(out + r * p.N + j) : f32x16{};
+    Vec acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = accumulate ? load(out + r * p.N + j) : Vec{};
     const float* wp = p.w + k0 * p.N + j;
     for (int64_t kk = 0; kk < kb; ++kk, wp += p.N) {
       __builtin_prefetch(wp + p.prefetch, 0, 0);
-      const f32x16 wv = load(wp);
+      const Vec wv = load(wp);
       for (int r = 0; r < R; ++r) acc[r] += x[r * p.K + k0 + kk] * wv;
     }
     for (int r = 0; r < R; ++r) store(out + r * p.N + j, acc[r]);

@@ -1,4 +1,4 @@
-// Scalar math written for the compiler to vectorise in the kernels' loops (-O3 -march=native).
+// The kernels' vector type and scalar math written for the compiler to vectorise (-O3 -march=native).
 #ifndef COEVO_JAX_VECTOR_MATH_H_
 #define COEVO_JAX_VECTOR_MATH_H_
 
@@ -8,6 +8,19 @@
 #include <cstring>
 
 namespace coevo_jax {
+
+// Vectors of 16 floats (GCC/Clang vector extensions: one AVX-512 register, two AVX2 ones), so that the
+// kernels keep their accumulators in registers whatever the instruction set; loads and stores unaligned.
+constexpr int64_t kLanes = 16;
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
 
 // exp(x) for x <= 0 (softmax arguments), as a loop body the compiler vectorises: x = n ln2 + r with
 // |r| <= ln2 / 2, a degree-6 polynomial for exp(r), 2^n built in the exponent. Relative error at most
