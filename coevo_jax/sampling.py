@@ -349,7 +349,7 @@ def decode(
     full = cache
     with _maybe_activation_context(mesh, rules):
         model = bind(graphdef, params, weights, per_layer=False)
-        layer_weights = model.layer_weights()  # sliced once here, not at every token
+        layer_weights = model.layer_weights(rows=batch)  # taken once here, not at every token
         cfg = model.config
         # the CPU kernel reads the stacked cache in place; XLA's attention reads per-layer buffers in place
         in_place = prefix_attention_applies(cfg.dtype, cache.keys.dtype, cfg.head_dim)

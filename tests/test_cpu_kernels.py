@@ -130,6 +130,62 @@ def test_small_matmul_keeps_leading_axes_and_runs_under_vmap():
     np.testing.assert_allclose(np.asarray(batched), expected, atol=1e-5, err_msg=f"seed {seed}")
 
 
+def test_small_matmul_reads_one_layer_of_a_stack_in_place():
+    # a stack of 3 layers' weights, short rows (split by rows) and long ones (split by columns)
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    for depth, features in [(24, 40), (16, 1100)]:
+        x = rng.standard_normal((5, depth)).astype(np.float32)
+        w = rng.standard_normal((3, depth, features)).astype(np.float32)
+        product = jax.jit(cpu_kernels.small_matmul)
+        for layer in range(3):
+            expected = x.astype(np.float64) @ w[layer].astype(np.float64)
+            got = np.asarray(product(x, w, layer))
+            np.testing.assert_allclose(got, expected, atol=1e-4, err_msg=f"seed {seed}, layer {layer}")
+        with pytest.raises(Exception, match="layer index out of range"):
+            jax.block_until_ready(product(x, w, 3))
+
+
+def test_decode_weights_stay_in_the_stack_where_the_kernel_serves(monkeypatch):
+    cfg = ModelConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
+        head_dim=8, dtype="float32", param_dtype="float32",
+    )  # fmt: skip
+    model = Decoder(cfg, rngs=nnx.Rngs(seed := fresh_seed()))
+    stacked_leaves = lambda weights: [
+        "/".join(str(getattr(key, "key", key)) for key in path)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(
+            weights, is_leaf=lambda leaf: isinstance(leaf, dense.StackedLayer)
+        )
+        if isinstance(leaf, dense.StackedLayer)
+    ]
+    kernels = ["attn/k_kernel", "attn/o_kernel", "attn/q_kernel", "attn/v_kernel"]
+    kernels += ["mlp/down_kernel", "mlp/gate_kernel", "mlp/up_kernel"]
+    in_place = model.layer_weights(rows=16)
+    assert [sorted(stacked_leaves(weights)) for weights in in_place] == [kernels] * cfg.num_layers
+    assert in_place[1]["attn"]["q_kernel"].layer == 1 and in_place[1]["attn"]["q_kernel"].shape == (32, 4, 8)
+    assert stacked_leaves(model.layer_weights(rows=17)) == []  # too many rows for the kernel: slices
+    assert stacked_leaves(model.layer_weights()) == []
+
+    # a decode step through the stacked weights == through slices of them (the same kernel, other pointers)
+    rng = np.random.default_rng(seed)
+    for layer in range(cfg.num_layers):
+        for kernel in in_place[layer]["mlp"].values():
+            x = jnp.asarray(rng.standard_normal((3, 1, kernel.shape[0])), jnp.float32)
+            want = dense.dense(x, kernel.sliced())
+            np.testing.assert_array_equal(np.asarray(jax.jit(dense.dense)(x, kernel)), np.asarray(want))
+    # where the kernel does not serve, a StackedLayer is sliced and multiplied by XLA
+    too_many = jnp.ones((17, 32), jnp.float32)
+    kernel = in_place[0]["mlp"]["gate_kernel"]
+    np.testing.assert_allclose(
+        np.asarray(dense.dense(too_many, kernel)), np.asarray(too_many) @ np.asarray(kernel.sliced()), atol=1e-5
+    )
+    with pytest.raises(TypeError, match=r"supports \[...\] only"):
+        kernel[0]
+    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", "0")
+    assert stacked_leaves(model.layer_weights(rows=16)) == []
+
+
 def test_dense_and_the_unembedding_send_few_float32_rows_to_the_kernel(monkeypatch):
     calls = []
 

@@ -165,16 +165,21 @@ def logit_stats(x_BxV: jax.Array) -> tuple[jax.Array, jax.Array]:
     return argmax.reshape(lead), lse.reshape(lead)
 
 
-def small_matmul(x_MxK: jax.Array, w_KxN: jax.Array) -> jax.Array:
+def small_matmul(x_MxK: jax.Array, w_KxN: jax.Array, layer=None) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in float32, both threads streaming w (`small_matmul_applies`).
-    No autodiff rule: callers that differentiate wrap it (`dense.dense`)."""
+
+    With `layer`, `w` is a stack [L, K, N] and its layer `layer` is the weight, read in place (slicing it out
+    first would copy it). No autodiff rule: callers that differentiate wrap it (`dense.dense`)."""
     if not _registered():
         raise RuntimeError("the CPU kernels could not be built; see the warning above")
+    w_LxKxN = w_KxN[None] if layer is None else w_KxN
     *lead, depth = x_MxK.shape
     rows = int(np.prod(lead, dtype=np.int64))
-    out_shape = jax.ShapeDtypeStruct((rows, w_KxN.shape[1]), jnp.float32)
+    features = w_LxKxN.shape[-1]
+    out_shape = jax.ShapeDtypeStruct((rows, features), jnp.float32)
     call = jax.ffi.ffi_call(SMALL_MATMUL_TARGET, out_shape, vmap_method="sequential")
-    return call(x_MxK.reshape(rows, depth), w_KxN).reshape(*lead, w_KxN.shape[1])
+    layer = jnp.asarray(0 if layer is None else layer, jnp.int32)
+    return call(x_MxK.reshape(rows, depth), w_LxKxN, layer).reshape(*lead, features)
 
 
 def prefix_attention(

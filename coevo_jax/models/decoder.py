@@ -41,7 +41,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.cpu_kernels import small_matmul_applies
-from coevo_jax.models.dense import dense
+from coevo_jax.models.dense import StackedLayer, dense
 from coevo_jax.models.fused_attention import fused_causal_attention, uses_fused
 from coevo_jax.models.kv_cache import KVCache, place_chunk, write_keys, write_values
 from coevo_jax.models.layers import (
@@ -54,7 +54,7 @@ from coevo_jax.models.layers import (
     rope_inverse_frequencies,
     stack_layers,
 )
-from coevo_jax.models.lora import add_adapters
+from coevo_jax.models.lora import SITES, add_adapters
 from coevo_jax.models.token_shift import shift_cached, shift_full, write_ids
 
 # `jax.nn.dot_product_attention`'s implementation behind `ModelConfig.attention` = 'cudnn' (the tests run
@@ -310,16 +310,30 @@ class Decoder(nnx.Module):
             values.append(v_1xBxKxSxE[0])
         return self.final_norm(x_BxTxD), (tuple(keys), tuple(values))
 
-    def layer_weights(self) -> list[dict]:
-        """Each layer's weights as arrays of their own (static slices of the stacked ones, for compute).
+    def layer_weights(self, rows: int | None = None) -> list[dict]:
+        """Each layer's weights for compute: the decode loop takes them once per call, outside its per-token
+        loop (a scan over the stacked weights would copy each layer's slice out at every token).
 
-        The decode loop takes them once per call, outside its per-token loop: a scan over the stacked
-        weights would copy each layer's slice out at every token."""
+        With `rows` (a decode step's) where the CPU kernel `small_matmul` serves them, each projection's
+        kernel stays in the stack as a `StackedLayer`, which the kernel reads in place; everything else, and
+        every weight elsewhere, is a static slice of the stacked weights (a copy)."""
         stacked_params = nnx.to_pure_dict(nnx.state(self.layers))
-        return [
-            self._layer_for_compute(jax.tree.map(lambda w, i=layer: w[i], stacked_params))
-            for layer in range(self.config.num_layers)
-        ]
+        param_dtype = self.config.param_dtype
+        in_place = (
+            rows is not None
+            and self.layer_shardings is None
+            and small_matmul_applies(self.config.dtype, param_dtype, rows)
+        )
+        kernels = {(part, kernel) for part, kernel, _ in SITES.values()} if in_place else set()
+
+        def take(layer: int):
+            def one(path, w):
+                names = tuple(str(getattr(key, "key", key)) for key in path)
+                return StackedLayer(w, layer) if names in kernels else w[layer]
+
+            return jax.tree_util.tree_map_with_path(one, stacked_params)
+
+        return [self._layer_for_compute(take(layer)) for layer in range(self.config.num_layers)]
 
     def _layer_for_compute(self, params: dict) -> dict:
         """One layer's weights as its block uses them: cast to the compute dtype and gathered over the FSDP

@@ -8,9 +8,10 @@
 // next block, or along a long row), and keeps every row's accumulators in registers. Written with GCC
 // vector extensions (-O3 -march=native); nothing here is specific to one instruction set.
 //
-//   x   [M, K] f32  (any leading axes flattened by the caller)
-//   w   [K, N] f32  row-major, as the model stores it
-//   out [M, N] f32
+//   x      [M, K]    f32  (any leading axes flattened by the caller)
+//   w      [L, K, N] f32  row-major, as the model stores it: L stacked layers' weights (L = 1 for one)
+//   layer  []        s32  which of the L to multiply by (read in place: no slice is copied out)
+//   out    [M, N]    f32
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -83,15 +84,20 @@ void part(const Product& p, float* out, int64_t n0, int64_t n1, int64_t k0, int6
 }
 
 ffi::Error SmallMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
-                           ffi::ResultBuffer<ffi::F32> out) {
+                           ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> out) {
   const auto xd = x.dimensions(), wd = w.dimensions(), od = out->dimensions();
-  if (xd.size() != 2 || wd.size() != 2 || od.size() != 2) {
-    return ffi::Error::InvalidArgument("small_matmul: expected 2-d x, w and out");
+  if (xd.size() != 2 || wd.size() != 3 || od.size() != 2 || layer.element_count() != 1) {
+    return ffi::Error::InvalidArgument("small_matmul: expected 2-d x and out, 3-d w, a scalar layer");
   }
-  const int64_t M = xd[0], K = xd[1], N = wd[1];
-  if (wd[0] != K || od[0] != M || od[1] != N) {
+  const int64_t M = xd[0], K = xd[1], N = wd[2];
+  if (wd[1] != K || od[0] != M || od[1] != N) {
     return ffi::Error::InvalidArgument("small_matmul: inconsistent shapes");
   }
+  const int64_t index = layer.typed_data()[0];
+  if (index < 0 || index >= wd[0]) {
+    return ffi::Error::InvalidArgument("small_matmul: layer index out of range");
+  }
+  const float* w_data = w.typed_data() + index * K * N;
   if (M == 0 || N == 0 || K == 0) {  // an empty sum: zeros
     std::fill(out->typed_data(), out->typed_data() + M * N, 0.0f);
     return ffi::Error::Success();
@@ -99,7 +105,7 @@ ffi::Error SmallMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   float* out_data = out->typed_data();
   if (N < kWideN) {  // short weight rows: each part streams a contiguous range of them
-    const Product p{x.typed_data(), w.typed_data(), M, K, N, kBlockK * N};
+    const Product p{x.typed_data(), w_data, M, K, N, kBlockK * N};
     const int64_t step = ((K + threads - 1) / threads + kBlockK - 1) / kBlockK * kBlockK;
     const int64_t parts = (K + step - 1) / step;
     // part c's partial sums: the output for part 0, partial[c - 1] for the others, added up at the end
@@ -120,7 +126,7 @@ ffi::Error SmallMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
     // floats ahead for both, the median over 5 runs of that unembedding went from 1.15x to 1.41x XLA's
     // product, SmolLM2's 16-row gate/up from 0.77x to 1.20x (bench/small_matmul.py).
     const bool block_fits = kBlockK * step * sizeof(float) <= 16384;
-    const Product p{x.typed_data(), w.typed_data(), M, K, N, block_fits ? kBlockK * N : 16 * kLanes};
+    const Product p{x.typed_data(), w_data, M, K, N, block_fits ? kBlockK * N : 16 * kLanes};
     coevo_jax::run_parts(pool, (N + step - 1) / step, [=](int64_t c) {
       part(p, out_data, c * step, std::min(c * step + step, N), 0, K);
     });
@@ -135,4 +141,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SmallMatmulF32, SmallMatmulImpl,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
