@@ -178,7 +178,9 @@ def test_decode_weights_stay_in_the_stack_where_the_kernel_serves(monkeypatch):
     too_many = jnp.ones((17, 32), jnp.float32)
     kernel = in_place[0]["mlp"]["gate_kernel"]
     np.testing.assert_allclose(
-        np.asarray(dense.dense(too_many, kernel)), np.asarray(too_many) @ np.asarray(kernel.sliced()), atol=1e-5
+        np.asarray(dense.dense(too_many, kernel)),
+        np.asarray(too_many) @ np.asarray(kernel.sliced()),
+        atol=1e-5,
     )
     with pytest.raises(TypeError, match=r"supports \[...\] only"):
         kernel[0]
