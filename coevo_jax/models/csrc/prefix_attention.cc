@@ -56,7 +56,13 @@ int64_t score_rows(const float (*query)[kMaxDim], const float* __restrict k, int
         for (int t = 0; t < kTiles; ++t) acc[j][t] = e0 == 0 ? Vec{} : load(scores + j * S + s + t * kLanes);
       }
       for (int64_t e = e0; e < e1; ++e) {
-        __builtin_prefetch(k + e * S + s + kPrefetch, 0, 0);
+        // along the row, then on into the same row of the next pass (short live rows end before 256 floats)
+        const int64_t ahead = s + kPrefetch;
+        if (ahead < n) {
+          __builtin_prefetch(k + e * S + ahead, 0, 0);
+        } else if (e + kRows < E) {
+          __builtin_prefetch(k + (e + kRows) * S + (ahead - n), 0, 0);
+        }
         for (int t = 0; t < kTiles; ++t) {
           const Vec key = load(k + e * S + s + t * kLanes);
           for (int j = 0; j < J; ++j) acc[j][t] += key * query[j][e];
