@@ -17,6 +17,7 @@ from flax import nnx
 from seeds import fresh_seed
 
 from coevo_jax.models import Decoder, ModelConfig, cpu_kernels, dense, layers
+from coevo_jax.models import decoder as decoder_module
 from coevo_jax.models.kv_cache import place_chunk
 from coevo_jax.models.layers import attend_cached_rows
 from coevo_jax.sampling import Sampler, SamplingConfig
@@ -118,6 +119,25 @@ def test_small_matmul_matches_float64(rows, depth, features):
     assert np.abs(got - expected).max() <= bound, f"seed {seed}"
 
 
+@pytest.mark.parametrize(
+    "rows, depth, features",
+    [(1, 1, 1), (16, 576, 4099), (8, 256, 8192), (3, 13, 37), (9, 100, 2049), (17, 33, 7), (2, 0, 3)],
+)
+def test_small_matmul_nt_matches_float64(rows, depth, features):
+    # rows off and past the 8-row x blocks, an odd count of weight rows (a last block of one), depths off
+    # the 16-lane vectors (the scalar tail), an empty depth (zeros)
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, depth)).astype(np.float32)
+    w = rng.standard_normal((features, depth)).astype(np.float32)
+    got = np.asarray(jax.jit(cpu_kernels.small_matmul_nt)(x, w))
+    expected = x.astype(np.float64) @ w.astype(np.float64).T
+    bound = 1e-6 * np.sqrt(max(depth, 1)) * (np.abs(x) @ np.abs(w).T).max(initial=0)
+    assert got.shape == (rows, features) and np.abs(got - expected).max() <= bound, f"seed {seed}"
+    leading = jax.jit(cpu_kernels.small_matmul_nt)(x.reshape(1, rows, 1, depth), w)
+    np.testing.assert_array_equal(np.asarray(leading).reshape(rows, features), got)
+
+
 def test_small_matmul_keeps_leading_axes_and_runs_under_vmap():
     rng = np.random.default_rng(seed := fresh_seed())
     x = rng.standard_normal((3, 2, 4, 24)).astype(np.float32)
@@ -204,7 +224,15 @@ def test_dense_and_the_unembedding_send_few_float32_rows_to_the_kernel(monkeypat
     with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((2,), ("data",))):
         jax.eval_shape(dense.dense, x, w)  # sharded operands: XLA's path, which SPMD partitions
     assert len(calls) == 1
-    # the unembedding of an untied model, at a decode step's rows; a tied one keeps XLA's transposed product
+    # the unembedding at a decode step's rows: an untied model's through `small_matmul`, a tied model's table
+    # through `small_matmul_nt`
+    transposed_calls = []
+
+    def counted_nt(x, w):
+        transposed_calls.append(x.shape)
+        return cpu_kernels.small_matmul_nt(x, w)
+
+    monkeypatch.setattr(decoder_module, "small_matmul_nt", counted_nt)
     hidden = np.random.default_rng(seed := fresh_seed()).standard_normal((4, 1, 16)).astype(np.float32)
     for tied, expected_calls in [(False, 2), (True, 2)]:
         cfg = ModelConfig(
@@ -213,7 +241,7 @@ def test_dense_and_the_unembedding_send_few_float32_rows_to_the_kernel(monkeypat
         )  # fmt: skip
         model = Decoder(cfg, rngs=nnx.Rngs(0))
         got = model.logits_from_hidden(jnp.asarray(hidden))
-        assert len(calls) == expected_calls
+        assert len(calls) == expected_calls and len(transposed_calls) == int(tied)
         want = hidden.astype(np.float64) @ np.asarray(model.unembedding, np.float64)
         np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, err_msg=f"seed {seed}, tied {tied}")
 

@@ -40,13 +40,14 @@ log = logging.getLogger(__name__)
 
 SOURCES = tuple(
     Path(__file__).with_name("csrc") / name
-    for name in ("prefix_attention.cc", "small_matmul.cc", "logit_stats.cc")
+    for name in ("prefix_attention.cc", "small_matmul.cc", "small_matmul_nt.cc", "logit_stats.cc")
 )
 HEADERS = tuple(  # included by the sources
     Path(__file__).with_name("csrc") / name for name in ("parallel_parts.h", "vector_math.h")
 )
 TARGET = "coevo_jax_prefix_attention_f32"
 SMALL_MATMUL_TARGET = "coevo_jax_small_matmul_f32"
+SMALL_MATMUL_NT_TARGET = "coevo_jax_small_matmul_nt_f32"
 LOGIT_STATS_TARGET = "coevo_jax_logit_stats_f32"
 MAX_HEAD_DIM = 256  # the kernel's query buffers
 # Up to here the kernel streams the weights faster than XLA:CPU's product (bench/small_matmul.py); beyond,
@@ -108,6 +109,9 @@ def _load_and_register(compiler: str) -> bool:
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.PrefixAttentionF32), platform="cpu")
         jax.ffi.register_ffi_target(
             SMALL_MATMUL_TARGET, jax.ffi.pycapsule(library.SmallMatmulF32), platform="cpu"
+        )
+        jax.ffi.register_ffi_target(
+            SMALL_MATMUL_NT_TARGET, jax.ffi.pycapsule(library.SmallMatmulNtF32), platform="cpu"
         )
         jax.ffi.register_ffi_target(
             LOGIT_STATS_TARGET, jax.ffi.pycapsule(library.LogitStatsF32), platform="cpu"
@@ -180,6 +184,19 @@ def small_matmul(x_MxK: jax.Array, w_KxN: jax.Array, layer=None) -> jax.Array:
     call = jax.ffi.ffi_call(SMALL_MATMUL_TARGET, out_shape, vmap_method="sequential")
     layer = jnp.asarray(0 if layer is None else layer, jnp.int32)
     return call(x_MxK.reshape(rows, depth), w_LxKxN, layer).reshape(*lead, features)
+
+
+def small_matmul_nt(x_MxK: jax.Array, w_NxK: jax.Array) -> jax.Array:
+    """x [..., K] @ w [N, K].T -> [..., N] in float32 (`small_matmul_applies`): the product by a weight stored
+    transposed (a tied embedding table as the unembedding), each output a dot product of two contiguous
+    rows, both threads streaming w. No autodiff rule."""
+    if not _registered():
+        raise RuntimeError("the CPU kernels could not be built; see the warning above")
+    *lead, depth = x_MxK.shape
+    rows = int(np.prod(lead, dtype=np.int64))
+    out_shape = jax.ShapeDtypeStruct((rows, w_NxK.shape[0]), jnp.float32)
+    call = jax.ffi.ffi_call(SMALL_MATMUL_NT_TARGET, out_shape, vmap_method="sequential")
+    return call(x_MxK.reshape(rows, depth), w_NxK).reshape(*lead, w_NxK.shape[0])
 
 
 def prefix_attention(

@@ -40,7 +40,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from coevo_jax.models.causal_attention import causal_attention
 from coevo_jax.models.config import ModelConfig
-from coevo_jax.models.cpu_kernels import small_matmul_applies
+from coevo_jax.models.cpu_kernels import small_matmul_applies, small_matmul_nt
 from coevo_jax.models.dense import StackedLayer, dense
 from coevo_jax.models.fused_attention import fused_causal_attention, uses_fused
 from coevo_jax.models.kv_cache import KVCache, place_chunk, write_keys, write_values
@@ -258,8 +258,11 @@ class Decoder(nnx.Module):
     def logits_from_hidden(self, hidden_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits [B, T, V] from final hidden states."""
         rows = hidden_BxTxD.shape[0] * hidden_BxTxD.shape[1]
-        if self.lm_head is not None and small_matmul_applies(hidden_BxTxD.dtype, self.lm_head.dtype, rows):
-            return dense(hidden_BxTxD, self.unembedding)  # a decode step's rows: the CPU kernel (`dense`)
+        table = self.embed if self.lm_head is None else self.lm_head
+        if small_matmul_applies(hidden_BxTxD.dtype, table.dtype, rows):  # a decode step's rows: CPU kernels
+            if self.lm_head is None:  # the tied table [V, D] as it is stored, each logit a row's dot product
+                return small_matmul_nt(hidden_BxTxD, self.embed[...])
+            return dense(hidden_BxTxD, self.unembedding)
         logits = jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembedding, preferred_element_type=jnp.float32)
         return constrain(logits, ("batch", "length", "vocab"))
 
