@@ -2,6 +2,10 @@
 
     python bench/small_matmul.py                          # the anchor's and SmolLM2's decode shapes
     python bench/small_matmul.py --shapes 8x256x688,16x576x1536
+    python bench/small_matmul.py --shapes 16x576x49152t   # a tied unembedding: `small_matmul_nt`
+
+A shape ending in `t` stores its weight transposed ([features, depth], a tied embedding table) and pits
+XLA's product by the transpose (the decoder's einsum) against `cpu_kernels.small_matmul_nt`.
 
 Each shape (rows x depth x features) multiplies distinct float32 weights, 64 MB of them in all, one after
 another in one program, so every weight comes from memory as in a decode step. Both programs are compiled
@@ -17,9 +21,11 @@ import time
 import ceiling
 import numpy as np
 
-# the anchor (8 rows): q, k/v, o, gate/up, down, unembedding; SmolLM2 (16 rows): q/o, k/v, gate/up, down
+# the anchor (8 rows): q, k/v, o, gate/up, down, unembedding; SmolLM2 (16 rows): q/o, k/v, gate/up, down,
+# its tied unembedding (and at 8 rows)
 DEFAULT_SHAPES = (
-    "8x256x256,8x256x128,8x256x688,8x688x256,8x256x8192,16x576x576,16x576x192,16x576x1536,16x1536x576"
+    "8x256x256,8x256x128,8x256x688,8x688x256,8x256x8192,16x576x576,16x576x192,16x576x1536,16x1536x576,"
+    "16x576x49152t,8x576x49152t"
 )
 
 
@@ -38,7 +44,9 @@ def _chained(matmul, weights, rows: int, features: int):
     return jax.jit(run)
 
 
-def bench_shape(rows: int, depth: int, features: int, repeats: int, seed: int) -> dict:
+def bench_shape(
+    rows: int, depth: int, features: int, repeats: int, seed: int, transposed: bool = False
+) -> dict:
     import jax.numpy as jnp
 
     from coevo_jax.models import cpu_kernels
@@ -47,11 +55,17 @@ def bench_shape(rows: int, depth: int, features: int, repeats: int, seed: int) -
         raise SystemExit(f"the kernel does not serve {rows} rows here (no compiler, or kernels off)")
     rng = np.random.default_rng(seed)
     count = max(2, int(64e6 // (depth * features * 4)))
-    weights = [jnp.asarray(rng.standard_normal((depth, features), np.float32)) for _ in range(count)]
+    stored = (features, depth) if transposed else (depth, features)
+    weights = [jnp.asarray(rng.standard_normal(stored, np.float32)) for _ in range(count)]
     x = jnp.asarray(rng.standard_normal((rows, depth), np.float32))
+    if transposed:
+        xla = lambda x, w: jnp.einsum("md,dv->mv", x, w.T, preferred_element_type=jnp.float32)
+        kernel = cpu_kernels.small_matmul_nt
+    else:
+        xla, kernel = jnp.matmul, cpu_kernels.small_matmul
     programs = {
-        "xla": _chained(jnp.matmul, weights, rows, features),
-        "kernel": _chained(cpu_kernels.small_matmul, weights, rows, features),
+        "xla": _chained(xla, weights, rows, features),
+        "kernel": _chained(kernel, weights, rows, features),
     }
     outputs = {name: np.asarray(program(x)) for name, program in programs.items()}
     error = np.abs(outputs["kernel"] - outputs["xla"]).max() / np.abs(outputs["xla"]).max()
@@ -61,7 +75,7 @@ def bench_shape(rows: int, depth: int, features: int, repeats: int, seed: int) -
             start = time.perf_counter()
             program(x).block_until_ready()
             times[name].append((time.perf_counter() - start) / count)
-    row = {"shape": [rows, depth, features], "relative_difference": float(error)}
+    row = {"shape": [rows, depth, features], "transposed": transposed, "relative_difference": float(error)}
     for name, seconds in times.items():
         median = float(np.median(seconds))
         row[f"{name}_us"] = median * 1e6
@@ -82,8 +96,9 @@ def main() -> None:
         f"{'rows x depth x features':>24}  {'XLA µs':>8} {'GB/s':>5}  {'kernel µs':>9} {'GB/s':>5}  speed-up"
     )
     for text in args.shapes.split(","):
-        rows, depth, features = (int(part) for part in text.split("x"))
-        row = bench_shape(rows, depth, features, args.repeats, args.seed)
+        transposed = text.endswith("t")
+        rows, depth, features = (int(part) for part in text.removesuffix("t").split("x"))
+        row = bench_shape(rows, depth, features, args.repeats, args.seed, transposed)
         print(
             f"{text:>24}  {row['xla_us']:8.1f} {row['xla_gbps']:5.1f}  {row['kernel_us']:9.1f} "
             f"{row['kernel_gbps']:5.1f}  {row['xla_us'] / row['kernel_us']:7.2f}x"
