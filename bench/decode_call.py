@@ -18,20 +18,19 @@ import time
 
 import anchor
 import numpy as np
+from shapes import DECODE_MODELS, decode_model_config
 
 SHORT, LONG = 2, 18
 
 
 def call_seconds(model_name: str, rows: int, window: int, live: int, new: int, repeats: int) -> float:
     import jax
-    import jax.numpy as jnp
     from flax import nnx
-    from shapes import anchor_config, smollm2_config
 
     from coevo_jax.models import Decoder
     from coevo_jax.sampling import Sampler, SamplingConfig
 
-    cfg = smollm2_config(jnp.float32) if model_name == "smollm2" else anchor_config(jnp.float32)
+    cfg = decode_model_config(model_name)
     sampler, params = Sampler.for_model(
         Decoder(cfg, rngs=nnx.Rngs(0)),
         batch_size=rows,
@@ -57,7 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", choices=["smollm2", "anchor"], default="smollm2")
+    parser.add_argument("--model", choices=DECODE_MODELS, default="smollm2")
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--window", type=int, default=512, help="cache slots (the decode's window)")
     parser.add_argument("--live", type=int, default=256, help="prompt tokens per row")

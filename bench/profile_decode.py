@@ -24,13 +24,7 @@ import ceiling
 import flops
 import numpy as np
 from op_profile import op_names, primitive, trace_events
-
-
-def _model_config(name: str):
-    import jax.numpy as jnp
-    from shapes import anchor_config, smollm2_config
-
-    return anchor_config(jnp.float32) if name == "anchor" else smollm2_config(jnp.float32)
+from shapes import DECODE_MODELS, decode_model_config
 
 
 def _cache_filler(sampler, live: int, seed: int):
@@ -76,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", choices=["anchor", "smollm2"], default="anchor")
+    parser.add_argument("--model", choices=DECODE_MODELS, default="anchor")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--live", type=int, default=256, help="cached tokens per row before decoding")
     parser.add_argument("--window", type=int, default=384, help="cache slots the decode attends over")
@@ -92,7 +86,7 @@ def main() -> None:
     from coevo_jax.sampling import Sampler, SamplingConfig
 
     gbps = ceiling.memory_gbps()
-    cfg = _model_config(args.model)
+    cfg = decode_model_config(args.model)
     sampler, params = Sampler.for_model(
         Decoder(cfg, rngs=nnx.Rngs(0)),
         batch_size=args.rows,

@@ -31,3 +31,13 @@ def smollm2_config(dtype=jnp.float32, **changes) -> ModelConfig:
     names = [tensor.name for tensor in reader.tensors]
     hf_config = gguf.hf_config_from_metadata(reader, gguf.ARCHITECTURES[architecture], architecture, names)
     return ModelConfig.from_hf(hf_config, dtype=dtype, **changes)
+
+
+DECODE_MODELS = ("anchor", "smollm2")  # the shapes the decode profilers take by name
+
+
+def decode_model_config(name: str) -> ModelConfig:
+    """The float32 config of one of `DECODE_MODELS` (the anchor's or SmolLM2's architecture)."""
+    if name not in DECODE_MODELS:
+        raise ValueError(f"unknown model {name!r}: expected one of {DECODE_MODELS}")
+    return anchor_config(jnp.float32) if name == "anchor" else smollm2_config(jnp.float32)

@@ -169,34 +169,33 @@ def logit_stats(x_BxV: jax.Array) -> tuple[jax.Array, jax.Array]:
     return argmax.reshape(lead), lse.reshape(lead)
 
 
+def _few_rows_product(target: str, x_MxK: jax.Array, features: int, *weights) -> jax.Array:
+    """x [..., K] with its leading axes flattened into rows, through kernel `target` (operands: the rows,
+    then `weights`), giving float32 [..., features]."""
+    if not _registered():
+        raise RuntimeError("the CPU kernels could not be built; see the warning above")
+    *lead, depth = x_MxK.shape
+    rows = int(np.prod(lead, dtype=np.int64))
+    out_shape = jax.ShapeDtypeStruct((rows, features), jnp.float32)
+    call = jax.ffi.ffi_call(target, out_shape, vmap_method="sequential")
+    return call(x_MxK.reshape(rows, depth), *weights).reshape(*lead, features)
+
+
 def small_matmul(x_MxK: jax.Array, w_KxN: jax.Array, layer=None) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in float32, both threads streaming w (`small_matmul_applies`).
 
     With `layer`, `w` is a stack [L, K, N] and its layer `layer` is the weight, read in place (slicing it out
     first would copy it). No autodiff rule: callers that differentiate wrap it (`dense.dense`)."""
-    if not _registered():
-        raise RuntimeError("the CPU kernels could not be built; see the warning above")
     w_LxKxN = w_KxN[None] if layer is None else w_KxN
-    *lead, depth = x_MxK.shape
-    rows = int(np.prod(lead, dtype=np.int64))
-    features = w_LxKxN.shape[-1]
-    out_shape = jax.ShapeDtypeStruct((rows, features), jnp.float32)
-    call = jax.ffi.ffi_call(SMALL_MATMUL_TARGET, out_shape, vmap_method="sequential")
     layer = jnp.asarray(0 if layer is None else layer, jnp.int32)
-    return call(x_MxK.reshape(rows, depth), w_LxKxN, layer).reshape(*lead, features)
+    return _few_rows_product(SMALL_MATMUL_TARGET, x_MxK, w_LxKxN.shape[-1], w_LxKxN, layer)
 
 
 def small_matmul_nt(x_MxK: jax.Array, w_NxK: jax.Array) -> jax.Array:
     """x [..., K] @ w [N, K].T -> [..., N] in float32 (`small_matmul_applies`): the product by a weight stored
     transposed (a tied embedding table as the unembedding), each output a dot product of two contiguous
     rows, both threads streaming w. No autodiff rule."""
-    if not _registered():
-        raise RuntimeError("the CPU kernels could not be built; see the warning above")
-    *lead, depth = x_MxK.shape
-    rows = int(np.prod(lead, dtype=np.int64))
-    out_shape = jax.ShapeDtypeStruct((rows, w_NxK.shape[0]), jnp.float32)
-    call = jax.ffi.ffi_call(SMALL_MATMUL_NT_TARGET, out_shape, vmap_method="sequential")
-    return call(x_MxK.reshape(rows, depth), w_NxK).reshape(*lead, w_NxK.shape[0])
+    return _few_rows_product(SMALL_MATMUL_NT_TARGET, x_MxK, w_NxK.shape[0], w_NxK)
 
 
 def prefix_attention(

@@ -261,7 +261,7 @@ class Decoder(nnx.Module):
         table = self.embed if self.lm_head is None else self.lm_head
         if small_matmul_applies(hidden_BxTxD.dtype, table.dtype, rows):  # a decode step's rows: CPU kernels
             if self.lm_head is None:  # the tied table [V, D] as it is stored, each logit a row's dot product
-                return small_matmul_nt(hidden_BxTxD, self.embed[...])
+                return small_matmul_nt(hidden_BxTxD, table[...])
             return dense(hidden_BxTxD, self.unembedding)
         logits = jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembedding, preferred_element_type=jnp.float32)
         return constrain(logits, ("batch", "length", "vocab"))
