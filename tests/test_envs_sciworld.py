@@ -55,6 +55,32 @@ def _wait_gone(pid: int, seconds: float = 15.0) -> bool:
     return False
 
 
+def _thread_states(pid: int) -> list[str]:
+    """The scheduler state letter of each of the process's threads ([] once it is gone)."""
+    states = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return states
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            pass
+    return states
+
+
+def _stop(pid: int, seconds: float = 15.0) -> None:
+    """SIGSTOPs the process and waits until every thread has stopped: kill() returns before they do, and a
+    thread still running can answer one more call (seen in CI: a 'hung' JVM answered a step in 4 ms)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + seconds
+    while not all(state in "Tt" for state in _thread_states(pid) or ["R"]):
+        assert time.monotonic() < deadline, f"pid {pid} still runs {seconds:g} s after SIGSTOP"
+        time.sleep(0.01)
+
+
 # --- the simulator -----------------------------------------------------------------------------------------
 
 
@@ -208,7 +234,7 @@ def test_a_hung_jvm_times_out_is_killed_and_the_step_retried():
         env.step("look around")
         env.step("teleport to kitchen")
         hung = env.simulator.jvm.pid
-        os.kill(hung, signal.SIGSTOP)  # the JVM stops answering, its socket stays open
+        _stop(hung)  # the JVM stops answering, its socket stays open
         start = time.monotonic()
         assert env.step("look around")[:3] == expected[2]
         assert 2.0 <= time.monotonic() - start < 30 and env.simulator.restarts == 1
@@ -228,7 +254,7 @@ class _HangingSimulator(SupervisedSimulator):
         jvm = super().jvm
         self.pids.append(jvm.pid)
         if self.hang and jvm.alive:
-            os.kill(jvm.pid, signal.SIGSTOP)
+            _stop(jvm.pid)
         return jvm
 
 
