@@ -103,11 +103,12 @@ def test_cached_chunk_attention_reads_the_prefix_the_placement_allows(length):
 @pytest.mark.parametrize(
     "rows, depth, features",
     [(1, 1, 1), (8, 256, 688), (8, 688, 256), (3, 13, 37), (16, 64, 1030), (13, 100, 2049), (11, 7, 16),
-     (2, 3, 4), (40, 24, 1100), (20, 300, 48), (3, 0, 5)],
+     (2, 3, 4), (40, 24, 1100), (20, 300, 48), (3, 0, 5), (16, 1544, 576), (8, 40, 1030)],
 )  # fmt: skip
 def test_small_matmul_matches_float64(rows, depth, features):
-    # row counts off the register blocks (above 16: groups of 16), depths off the 8-row weight blocks, columns
-    # off the 16-lane vectors; narrow weights split by rows between threads, wide ones (>= 1,024) by columns
+    # row counts off the register blocks (above 16: groups of 16; above 8: x packed), depths off the weight
+    # blocks (16 rows for narrow weights and packed x, else 8) and off the threads' 8-row split, columns off
+    # the 16-lane vectors; narrow weights split by rows between threads, wide ones (>= 1,024) by columns
     seed = fresh_seed()
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, depth)).astype(np.float32)
