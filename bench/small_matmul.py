@@ -29,7 +29,7 @@ DEFAULT_SHAPES = (
 )
 
 
-def _chained(matmul, weights, rows: int, features: int):
+def chained_products(matmul, weights, rows: int, features: int):
     """A jitted program applying `matmul(x, w)` for every w in turn (each product's input depends on the
     last, so none is skipped or reordered)."""
     import jax
@@ -64,8 +64,8 @@ def bench_shape(
     else:
         xla, kernel = jnp.matmul, cpu_kernels.small_matmul
     programs = {
-        "xla": _chained(xla, weights, rows, features),
-        "kernel": _chained(kernel, weights, rows, features),
+        "xla": chained_products(xla, weights, rows, features),
+        "kernel": chained_products(kernel, weights, rows, features),
     }
     outputs = {name: np.asarray(program(x)) for name, program in programs.items()}
     error = np.abs(outputs["kernel"] - outputs["xla"]).max() / np.abs(outputs["xla"]).max()

@@ -1,0 +1,114 @@
+"""`cpu_kernels.small_matmul` of another git revision against this checkout's, in one process, interleaved.
+
+    python bench/small_matmul_ab.py --rev HEAD~1
+    python bench/small_matmul_ab.py --rev main --shapes 16x576x576,16x1536x576 --rounds 25
+
+On a noisy machine, runs minutes apart (checkout against checkout) differ by more than most kernel changes:
+the streaming read of one 2-core machine swung between 36 and 84 GB/s. Here both kernels run in the same
+process, one product after the other in every round (which goes first alternates), so both see the same
+machine, and each round gives a ratio. The revision's `csrc/` is compiled like `cpu_kernels` compiles its own (same flags, this machine's
+compiler), its handler symbol renamed, and registered under a target of its own.
+
+Each shape (rows x depth x features) multiplies distinct float32 weights, 64 MB of them, one after another
+in one program (`small_matmul.chained_products`), so every weight comes from memory as in a decode step.
+Printed: the medians of microseconds a product, and the median, minimum and maximum over rounds of the
+revision's time over this checkout's (above 1: this checkout is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from small_matmul import chained_products
+
+CSRC = "coevo_jax/models/csrc"
+OTHER_TARGET = "coevo_jax_small_matmul_ab_other"
+
+
+def build_revision_kernel(rev: str, workdir: Path) -> Path:
+    """The shared library of `rev`'s small_matmul.cc (its handler renamed `SmallMatmulF32Other`)."""
+    import jax
+
+    from coevo_jax.models import cpu_kernels
+
+    repo = Path(__file__).resolve().parent.parent
+    archive = workdir / "csrc.tar"
+    with archive.open("wb") as out:
+        subprocess.run(["git", "-C", str(repo), "archive", rev, CSRC], stdout=out, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(workdir, filter="data")
+    source = workdir / CSRC / "small_matmul.cc"
+    text = source.read_text()
+    if "SmallMatmulF32," not in text:
+        raise SystemExit(f"{rev}:{CSRC}/small_matmul.cc defines no SmallMatmulF32 handler")
+    source.write_text(text.replace("SmallMatmulF32,", "SmallMatmulF32Other,"))
+    library = workdir / "other.so"
+    command = ["c++", *cpu_kernels._FLAGS, f"-I{jax.ffi.include_dir()}", str(source), "-o", str(library)]
+    subprocess.run(command, check=True)
+    return library
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rev", required=True, help="the git revision to compare this checkout against")
+    parser.add_argument("--shapes", default="16x576x576,16x576x192,16x576x1536,16x1536x576,8x256x688")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    import jax
+    import jax.numpy as jnp
+
+    from coevo_jax.models import cpu_kernels
+
+    if not cpu_kernels.small_matmul_applies(jnp.float32, jnp.float32, 1):
+        raise SystemExit("this checkout's kernels are off here (no compiler, or COEVO_JAX_CPU_KERNELS=0)")
+    with tempfile.TemporaryDirectory() as workdir:
+        library = ctypes.cdll.LoadLibrary(str(build_revision_kernel(args.rev, Path(workdir))))
+    jax.ffi.register_ffi_target(OTHER_TARGET, jax.ffi.pycapsule(library.SmallMatmulF32Other), platform="cpu")
+
+    def other(x, w):
+        call = jax.ffi.ffi_call(OTHER_TARGET, jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.float32))
+        return call(x, w[None], jnp.asarray(0, jnp.int32))
+
+    print(f"{'rows x depth x features':>24}  {args.rev + ' µs':>12} {'this µs':>9}  ratio: median (min-max)")
+    for text in args.shapes.split(","):
+        rows, depth, features = (int(part) for part in text.split("x"))
+        rng = np.random.default_rng(args.seed)
+        count = max(2, int(64e6 // (depth * features * 4)))
+        weights = [jnp.asarray(rng.standard_normal((depth, features), np.float32)) for _ in range(count)]
+        x = jnp.asarray(rng.standard_normal((rows, depth), np.float32))
+        programs = {
+            "other": chained_products(other, weights, rows, features),
+            "this": chained_products(cpu_kernels.small_matmul, weights, rows, features),
+        }
+        outputs = {name: np.asarray(program(x)) for name, program in programs.items()}
+        scale = np.abs(outputs["other"]).max()
+        if np.abs(outputs["this"] - outputs["other"]).max() > 1e-4 * scale:
+            raise SystemExit(f"{text}: the two kernels' products differ")
+        times = {name: [] for name in programs}
+        for round_index in range(args.rounds):
+            order = list(programs) if round_index % 2 == 0 else list(programs)[::-1]  # neither always first
+            for name in order:
+                program = programs[name]
+                start = time.perf_counter()
+                program(x).block_until_ready()
+                times[name].append((time.perf_counter() - start) / count * 1e6)
+        other_us, this_us = np.array(times["other"]), np.array(times["this"])
+        ratios = other_us / this_us
+        print(
+            f"{text:>24}  {np.median(other_us):12.1f} {np.median(this_us):9.1f}  {np.median(ratios):.2f} "
+            f"({ratios.min():.2f}-{ratios.max():.2f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
