@@ -8,8 +8,9 @@ process, interleaved.
 On a noisy machine, runs minutes apart (checkout against checkout) differ by more than most kernel changes:
 the streaming read of one 2-core machine swung between 36 and 84 GB/s. Here both kernels run in the same
 process, one product after the other in every round (which goes first alternates), so both see the same
-machine, and each round gives a ratio. The revision's `csrc/` is compiled like `cpu_kernels` compiles its own (same flags, this machine's
-compiler), its handler symbol renamed, and registered under a target of its own.
+machine, and each round gives a ratio. The revision's kernel source is compiled as `cpu_kernels` compiles its
+own (the same flags and compiler, `$CXX` or `c++`), its handler symbol renamed, and registered under a target
+of its own.
 `small_matmul_nt` takes its weight stored transposed ([features, depth], a tied embedding table).
 
 Each shape (rows x depth x features) multiplies distinct float32 weights, 64 MB of them, one after another
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import subprocess
 import tarfile
 import tempfile
@@ -57,7 +59,8 @@ def build_revision_kernel(rev: str, kernel: str, workdir: Path) -> Path:
         raise SystemExit(f"{rev}:{CSRC}/{kernel}.cc defines no {handler} handler")
     source.write_text(text.replace(f"{handler},", f"{handler}Other,"))
     library = workdir / "other.so"
-    command = ["c++", *cpu_kernels._FLAGS, f"-I{jax.ffi.include_dir()}", str(source), "-o", str(library)]
+    compiler = os.environ.get("CXX", "c++")
+    command = [compiler, *cpu_kernels._FLAGS, f"-I{jax.ffi.include_dir()}", str(source), "-o", str(library)]
     subprocess.run(command, check=True)
     return library
 

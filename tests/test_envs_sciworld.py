@@ -37,13 +37,18 @@ def _play(env, task_id, actions):
     return [env.step(action)[:3] for action in actions]
 
 
+def _scheduler_state(stat_path: str) -> str | None:
+    """The state letter of a /proc `stat` file (R, S, T, Z, ...), None once the process or thread is gone."""
+    try:
+        with open(stat_path) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def _process_gone(pid: int) -> bool:
     """True when the process no longer runs (exited, or a zombie waiting for its reaper)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+    return _scheduler_state(f"/proc/{pid}/stat") in (None, "Z", "X")
 
 
 def _wait_gone(pid: int, seconds: float = 15.0) -> bool:
@@ -57,18 +62,12 @@ def _wait_gone(pid: int, seconds: float = 15.0) -> bool:
 
 def _thread_states(pid: int) -> list[str]:
     """The scheduler state letter of each of the process's threads ([] once it is gone)."""
-    states = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
-        return states
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-        except FileNotFoundError:
-            pass
-    return states
+        return []
+    states = (_scheduler_state(f"/proc/{pid}/task/{tid}/stat") for tid in tids)
+    return [state for state in states if state is not None]
 
 
 def _stop(pid: int, seconds: float = 15.0) -> None:

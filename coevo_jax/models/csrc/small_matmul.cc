@@ -31,6 +31,7 @@ namespace {
 using coevo_jax::kLanes, coevo_jax::load, coevo_jax::store, coevo_jax::Vec;
 
 constexpr int64_t kMaxRows = 16;  // rows held in registers at once (more: groups of 16, one after another)
+constexpr int64_t kMaxInPlaceRows = 8;  // more rows of x than this are packed first (see the top)
 constexpr int64_t kWideN = 1024;  // from here on, threads split the columns instead of the rows of w
 // Weight rows streamed side by side. Short rows: 16 when x is packed, so each column's accumulators are
 // loaded and stored once per 16 weight rows (SmolLM2's 16-row products ran faster than with 8; 32 and 64 no
@@ -127,10 +128,10 @@ ffi::Error SmallMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
   }
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   float* out_data = out->typed_data();
-  // More than 8 rows: x packed for `block`, each group of up to kMaxRows rows as [K][rows of the group] (up to
-  // 8 row pointers fit the registers, and the anchor's 8-row products, a few microseconds each, ran no faster
-  // packed)
-  const bool pack = M > 8;
+  // More than kMaxInPlaceRows rows: x packed for `block`, each group of up to kMaxRows rows as [K][rows of the
+  // group] (up to 8 row pointers fit the registers, and the anchor's 8-row products, a few microseconds each,
+  // ran no faster packed)
+  const bool pack = M > kMaxInPlaceRows;
   std::vector<float> packed(pack ? M * K : 0);
   for (int64_t m0 = 0; pack && m0 < M; m0 += kMaxRows) {
     const int64_t rows = std::min(kMaxRows, M - m0);
