@@ -445,8 +445,8 @@ class Sampler:
     ):
         self.merge_lora = bool(model_config.lora_rank) and merge_lora
         program_config = model_config.without_lora() if self.merge_lora else model_config
-        # remat only trades memory in backward passes, and sampling has none
-        program_config = program_config.replace(remat=False)
+        # remat and unrolled layers only pay in backward passes, and sampling has none
+        program_config = program_config.replace(remat=False, unroll_layers=False)
         graphdef, _ = abstract_model(program_config)
         self.graphdef, self.model_config = graphdef, model_config
         self.batch_size, self.cache_len = batch_size, cache_len

@@ -7,6 +7,7 @@ from coevo_jax.data.batching import (
     DEFAULT_BUCKETS,
     TokenizedPair,
     bucket_for,
+    check_right_padded,
     collate_dpo,
     collate_sft,
     fit_to_length,
@@ -95,6 +96,21 @@ def test_dpo_batch_holds_each_pair_in_two_adjacent_rows():
     counts_Px2 = batch["loss_mask"].sum(axis=1).reshape(4, 2)  # the steps' view: (chosen, rejected) per pair
     np.testing.assert_array_equal(counts_Px2[:, 0], [2, 1, 1, 0])  # chosen action-token counts
     np.testing.assert_array_equal(counts_Px2[:, 1], [3, 1, 3, 0])  # rejected
+
+
+def test_collated_batches_are_right_padded_and_other_masks_are_refused_by_row():
+    pairs = [TokenizedPair(seq([1, 2, 3], [0, 1, 1]), seq([1, 2], [0, 1]), 1.0, 0.0)]
+    batch = collate_dpo(pairs, length=8, pairs_per_batch=2, pad_id=PAD)
+    check_right_padded(batch["attention_mask"])  # every collate function pads on the right
+    check_right_padded(np.zeros((2, 4), np.int32))  # empty rows are prefixes too
+    left = batch["attention_mask"].copy()
+    left[2] = np.roll(left[2], 3)  # [0, 0, 0, 1, 1, 1, 0, 0]
+    with pytest.raises(ValueError, match="batch row 2: attention_mask is not right-padded"):
+        check_right_padded(left)
+    holes = batch["attention_mask"].copy()
+    holes[1, 0] = 0
+    with pytest.raises(ValueError, match="batch row 1"):
+        check_right_padded(holes)
 
 
 def test_plan_batches_is_a_seeded_partition_into_buckets():

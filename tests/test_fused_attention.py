@@ -74,6 +74,32 @@ def test_fused_dispatch_matches_float64_reference_and_block_wise_gradients(paddi
         np.testing.assert_allclose(got, want, atol=2e-5, err_msg=f"seed={seed}")
 
 
+def test_a_right_padded_promise_calls_the_fused_kernel_alone_with_the_same_results():
+    """`right_padded=True`: no cond in the program (nor its fallback), and the dispatch's results."""
+    seed = fresh_seed()
+    key_mask = jnp.asarray(_masks()["right"])
+    q, k, v = (jnp.asarray(x, jnp.float32) for x in _inputs(seed, np.asarray(key_mask)))
+    k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)
+
+    def attend(right_padded):
+        return lambda q, k, v: fused_attention.fused_causal_attention(
+            q, k, v, key_mask, implementation="xla", right_padded=right_padded, block_size=4
+        )
+
+    assert "cond" in str(jax.make_jaxpr(attend(False))(q, k, v))
+    assert "cond" not in str(jax.make_jaxpr(attend(True))(q, k, v))
+    weights = jnp.asarray(np.random.default_rng(seed + 1).standard_normal(q.shape), jnp.float32)
+    value_and_grads = lambda fn: jax.jit(
+        jax.value_and_grad(lambda *a: jnp.sum(fn(*a) * weights), argnums=(0, 1, 2))
+    )(q, k, v)
+    for got, want in zip(
+        jax.tree.leaves(value_and_grads(attend(True))),
+        jax.tree.leaves(value_and_grads(attend(False))),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"seed={seed}")
+
+
 def test_fused_dispatch_keeps_only_the_fused_branch_residuals():
     """Under autodiff the cond's residuals are the fused branch's and its operands: the block-wise
     fallback recomputes its own, so a right-padded batch writes no zeros for them in every layer."""
@@ -129,8 +155,15 @@ def test_uses_fused_by_choice_backend_and_shape():
 TOL = dict(rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("sides", [("right", "right", "right"), ("left", "right", "left")])
-def test_decoder_full_forward_through_the_fused_dispatch_equals_block_wise(monkeypatch, sides):
+@pytest.mark.parametrize(
+    ("sides", "right_padded"),
+    [
+        (("right", "right", "right"), False),
+        (("left", "right", "left"), False),
+        (("right", "right", "right"), True),
+    ],
+)
+def test_decoder_full_forward_through_the_fused_dispatch_equals_block_wise(monkeypatch, sides, right_padded):
     seed = fresh_seed()
     monkeypatch.setattr(decoder_module, "_FUSED_IMPLEMENTATION", "xla")
     traced = []  # the layer scan traces its block once per program
@@ -143,7 +176,8 @@ def test_decoder_full_forward_through_the_fused_dispatch_equals_block_wise(monke
 
     def run(attention):
         """Loss, logits and gradients of the same random weights, attending by `attention`."""
-        model = random_decoder(KITCHEN_SINK.replace(remat=True, attention=attention), seed=seed % 1000)
+        cfg = KITCHEN_SINK.replace(remat=True, attention=attention, right_padded=right_padded)
+        model = random_decoder(cfg, seed=seed % 1000)
         graphdef, params = nnx.graphdef(model), nnx.to_pure_dict(nnx.state(model))
 
         def total(p):

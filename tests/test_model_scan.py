@@ -2,7 +2,8 @@
 
 The reference below builds one `Block` per layer from the layer's slice of the stacked parameters and
 calls them in order, with the per-layer dropout keys `fold_in(dropout_key, i)`: the scan (with and without
-remat) must give the same logits and the same gradients, LoRA adapters and their dropout included.
+remat, rolled or unrolled) must give the same logits and the same gradients, LoRA adapters and their dropout
+included.
 """
 
 import jax
@@ -42,12 +43,15 @@ def scan_logits(model: Decoder, params: dict, ids, mask, dropout_key) -> jax.Arr
     return model.logits_from_hidden(hidden)
 
 
-@pytest.mark.parametrize("remat", [False, True])
-def test_scanned_layers_equal_a_loop_over_the_same_weights_forward_and_gradients(remat):
+@pytest.mark.parametrize("remat,unroll", [(False, False), (True, False), (False, True), (True, True)])
+def test_scanned_layers_equal_a_loop_over_the_same_weights_forward_and_gradients(remat, unroll):
     seed = fresh_seed()
-    base = random_decoder(KITCHEN_SINK.replace(num_layers=3, remat=remat), seed=seed % 1000)
+    cfg = KITCHEN_SINK.replace(num_layers=3, remat=remat, unroll_layers=unroll)
+    base = random_decoder(cfg, seed=seed % 1000)
     model = with_random_adapters(base, seed=seed % 997, **LORA)
-    assert model.config.remat == remat and model.config.lora_dropout > 0
+    assert (
+        model.config.remat == remat and model.config.unroll_layers == unroll and model.config.lora_dropout > 0
+    )
     params = nnx.to_pure_dict(nnx.state(model))
     ids, mask = padded_batch([(9, "left"), (6, "right"), (11, "left")], 11, seed=seed % 991)
     ids, mask, key = jnp.asarray(ids), jnp.asarray(mask), jax.random.key(seed)
@@ -76,3 +80,21 @@ def test_scanned_layers_equal_a_loop_over_the_same_weights_forward_and_gradients
     # the dropout really acts per layer: another key changes the output
     other = scan_logits(model, params, ids, mask, jax.random.fold_in(key, 1))
     assert not np.allclose(np.asarray(other)[valid], np.asarray(scan_out)[valid], atol=1e-4)
+
+
+def _layer_loops(cfg) -> int:
+    """How many while loops of `cfg.num_layers` iterations the compiled gradient of a decoder holds."""
+    model = random_decoder(cfg, seed=0)
+    params = nnx.to_pure_dict(nnx.state(model))
+    ids, mask = padded_batch([(7, "right"), (5, "left")], 7, seed=0)
+    ids, mask = jnp.asarray(ids), jnp.asarray(mask)
+    loss = lambda p: jnp.sum(scan_logits(model, p, ids, mask, jax.random.key(0)))
+    text = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+    return text.count(f'"known_trip_count":{{"n":"{cfg.num_layers}"}}')
+
+
+def test_unroll_layers_removes_the_loop_over_layers_from_the_compiled_gradient():
+    """The point of `unroll_layers`: no loop over layers is left for XLA to stack residuals across."""
+    cfg = KITCHEN_SINK.replace(num_layers=3)
+    assert _layer_loops(cfg) >= 2  # the forward scan and its transpose
+    assert _layer_loops(cfg.replace(unroll_layers=True)) == 0

@@ -362,19 +362,19 @@ def test_bf16_compute_model_samples(model):
     assert all(len(t) == 4 and all(0 <= x < VOCAB for x in t) for t in out)
 
 
-def test_a_remat_model_samples_like_the_same_model_without_remat(model):
+def test_a_remat_or_unrolled_model_samples_like_the_same_model_without(model):
     """The SmolLM2 and paper configs train with remat; their samplers must decode (remat inside the decode
-    loop's trace failed with TraceContextError) and give the same tokens."""
+    loop's trace failed with TraceContextError) and give the same tokens. Unrolled layers too."""
     outputs = []
-    for remat in (False, True):
+    for changes in ({}, {"remat": True}, {"unroll_layers": True}):
         sampler, params = Sampler.for_model(
-            with_config(model, KITCHEN_SINK.replace(remat=remat)),
+            with_config(model, KITCHEN_SINK.replace(**changes)),
             batch_size=2,
             cache_len=64,
             sampling=SamplingConfig(max_new_tokens=6),
         )
         outputs.append(sampler.generate(params, _prompts(12, (5, 9)), jax.random.key(0)))
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]
 
 
 def test_chunk_padding_and_bucket_errors():

@@ -252,6 +252,20 @@ def _sequence_arrays(rows: Sequence[TokenizedTrajectory], length: int, pad_id: i
     }
 
 
+def check_right_padded(attention_mask_RxL: np.ndarray) -> None:
+    """Raises ValueError naming the first row of `attention_mask` that is not ones then zeros: what a model
+    with `ModelConfig.right_padded` assumes of every batch (the collate functions above build them so)."""
+    mask = np.asarray(attention_mask_RxL) != 0
+    lengths = mask.sum(axis=-1)
+    prefix = np.arange(mask.shape[-1])[None, :] < lengths[:, None]
+    bad = np.flatnonzero(np.any(mask != prefix, axis=-1))
+    if bad.size:
+        raise ValueError(
+            f"batch row {bad[0]}: attention_mask is not right-padded (ones, then zeros), but the model's "
+            "config says right_padded=True (set model.right_padded=False for other masks)"
+        )
+
+
 def _real_flags(num_real: int, size: int) -> np.ndarray:
     if not 1 <= num_real <= size:
         raise ValueError(f"{num_real} items for a batch of {size}")

@@ -59,6 +59,8 @@ def policy_model(
         dtype=spec.compute_dtype,
         param_dtype=spec.param_dtype,
         remat=spec.remat,
+        unroll_layers=spec.unroll_layers,
+        right_padded=spec.right_padded,
         attention=spec.attention,
         lora_rank=spec.lora_rank,
         lora_alpha=spec.lora_alpha,

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from coevo_jax import checkpoints, sharding
 from coevo_jax.data.batching import (
+    check_right_padded,
     collate_dpo,
     collate_sft,
     plan_batches,
@@ -66,6 +67,8 @@ def _buckets(setup: PolicySetup) -> tuple[int, ...]:
 
 
 def _place(setup: PolicySetup, batch: dict) -> dict:
+    if setup.model_cfg.right_padded:  # what its attention assumes without checking on the device
+        check_right_padded(batch["attention_mask"])
     layout = sharding.device_layout(batch, setup.cfg.num_microbatches)
     rows = sharding.process_rows(layout, setup.mesh, setup.rules)
     return sharding.place_batch(rows, setup.mesh, setup.rules)

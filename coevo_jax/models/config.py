@@ -65,6 +65,15 @@ class ModelConfig:
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     remat: bool = False
+    # Full-sequence passes run the layer scan unrolled (`lax.scan(unroll=num_layers)`): XLA then writes each
+    # layer's residuals where the backward pass reads them instead of stacking them into [L, ...] buffers and
+    # slicing them out again. For GPUs without remat (SmolLM2's DPO step compiled for an H100: 250 -> 138 GB
+    # of memory-bound traffic, `bench/gpu_aot.py`); compile time grows with depth. Sampling ignores it.
+    unroll_layers: bool = False
+    # Full-sequence passes may take every row's attention mask as a prefix (right padding, as `data.batching`
+    # collates every batch): cuDNN's fused attention then runs without its on-device check and block-wise
+    # fallback (`fused_attention.fused_causal_attention`). The main job checks each batch on the host.
+    right_padded: bool = False
     # How full-sequence passes (training, scoring) attend: 'auto' takes cuDNN's fused kernel on a GPU where it
     # fits and the block-wise one elsewhere; 'blocked' and 'cudnn' force one (`models.fused_attention`).
     attention: str = "auto"

@@ -12,7 +12,8 @@ both work, and padded keys are never attended. Two entry points share the layers
 The blocks are one `Block` module whose parameters are the layers' stacked on a leading 'layers' axis
 (`Decoder.layers`: `layers.attn.q_kernel` is [L, D, H, E]); both entry points run them under one
 `lax.scan`, a layer per step, so a program holds one block's code whatever the depth, FSDP gathers one
-layer's weights at a time (inside the step), and `remat` recomputes one layer at a time.
+layer's weights at a time (inside the step), and `remat` recomputes one layer at a time. With
+`unroll_layers` the full-sequence passes unroll that scan (a program then holds every layer's code).
 
 With `ModelConfig.lora_rank` > 0 the target projections carry LoRA adapters (`coevo_jax.models.lora`);
 the full-sequence entry points take a `dropout_key` for the adapters' dropout (train steps only; layer i
@@ -144,6 +145,7 @@ class Attention(nnx.Module):
                 v_BxTxKxE,
                 mask,
                 implementation=_FUSED_IMPLEMENTATION,
+                right_padded=self.config.right_padded,
                 **_causal_plan(mask.shape[0]),
             )
         elif layer_cache is None or fresh:
@@ -271,7 +273,8 @@ class Decoder(nnx.Module):
 
         Returns (hidden states [B, T, D], the cache's (keys, values) with the chunk written, or None).
         Each step gathers its own layer's weights (`layer_shardings`), so FSDP holds one layer gathered at a
-        time; with `remat` a step keeps only its input for the backward pass and recomputes the rest.
+        time; with `remat` a step keeps only its input for the backward pass and recomputes the rest; with
+        `unroll_layers` the scan is unrolled (its results are the same).
         """
         graphdef, stacked = nnx.split(self.layers)
         gather = self._layer_for_compute
@@ -289,7 +292,10 @@ class Decoder(nnx.Module):
             step = jax.checkpoint(step, prevent_cse=False)
         kv = None if cache is None else (cache.keys, cache.values)
         layers = jnp.arange(self.config.num_layers, dtype=jnp.int32)
-        (x_BxTxD, kv), _ = jax.lax.scan(step, (x_BxTxD, kv), (layers, nnx.to_pure_dict(stacked)))
+        unroll = self.config.num_layers if self.config.unroll_layers else 1
+        (x_BxTxD, kv), _ = jax.lax.scan(
+            step, (x_BxTxD, kv), (layers, nnx.to_pure_dict(stacked)), unroll=unroll
+        )
         return self.final_norm(x_BxTxD), kv
 
     def _layers_by_layer(self, x_BxTxD, positions_BxT, mask, cache: KVCache, slots_BxT, layer_weights):

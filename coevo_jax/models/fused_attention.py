@@ -3,7 +3,9 @@
 cuDNN masks padding by a length per row, so it is exact only for rows whose key mask is a prefix (right
 padding, as `data.batching` collates every training and scoring batch). The choice is made on the device:
 a batch whose rows are all prefixes takes the fused kernel, any other (left padding, holes) the block-wise
-`causal_attention`, through one `lax.cond`. Either way query t sees keys s <= t whose mask is nonzero, so
+`causal_attention`, through one `lax.cond`; a caller that collates right-padded rows only can say so
+(`right_padded`, `ModelConfig.right_padded`) and skip the check. Either way query t sees keys s <= t whose
+mask is nonzero, so
 the result is `causal_attention`'s for every query that has such a key (a row with no key at all is padding
 throughout: the fused path lets it attend its first key, the block-wise one all of them uniformly).
 
@@ -65,13 +67,18 @@ def fused_causal_attention(
     key_mask_BxT: jax.Array,
     *,
     implementation: str | None = "cudnn",
+    right_padded: bool = False,
     **blocked_options,
 ) -> jax.Array:
     """`causal_attention(q, k, v, key_mask, **blocked_options)` through cuDNN when every row is a prefix.
     Keys and values come in cuDNN's [B, T, K, E] order (`causal_attention` takes them as [B, K, T, E]).
 
     `implementation` is `jax.nn.dot_product_attention`'s ('xla' computes the same masks without cuDNN:
-    the CPU tests' stand-in). Output [B, T, H, E] in q's dtype.
+    the CPU tests' stand-in). Output [B, T, H, E] in q's dtype. `right_padded`: the caller guarantees every
+    row's key mask is a prefix, and cuDNN runs alone: no check, no fallback, and none of the layout copies
+    XLA adds around a cond whose branches want their operands in different orders (SmolLM2's unrolled DPO
+    step compiled for an H200: 130 -> 108 GB of memory-bound traffic, `bench/gpu_aot.py`). A mask that is
+    not a prefix then attends as if it were one (its first `sum(mask)` keys).
 
     Under autodiff a `lax.cond` carries the residuals of both branches (`jax.lax.cond` merges only those of
     equal shape and dtype), so the block-wise fallback is rematerialised: its residuals are then its
@@ -97,4 +104,6 @@ def fused_causal_attention(
         return causal_attention(q, k.swapaxes(1, 2), v.swapaxes(1, 2), key_mask, **blocked_options)
 
     operands = (q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, key_mask_BxT, lengths_B)
+    if right_padded:
+        return fused(*operands)
     return jax.lax.cond(all_prefixes, fused, blocked, *operands)
