@@ -2,6 +2,7 @@
 
     python bench/gpu_mfu.py                                   # both models, the default grid, JSON to bench/results
     python bench/gpu_mfu.py --case llama_1b,off,8,cudnn --case llama_1b,on,8,blocked   # chosen cases, in order
+    python bench/gpu_mfu.py --case smollm2_135m,off,8,cudnn --case smollm2_135m,off,8,cudnn,unroll,right_padded
     python bench/gpu_mfu.py --check --case smollm2_135m,off,8,cudnn   # cuDNN against block-wise attention first
     python bench/gpu_mfu.py --models smollm2_135m --pairs 4 --length 256 --steps 2 --attention blocked   # a CPU check
 
@@ -11,9 +12,10 @@ shapes are what matter). The cached reference log-probs are a uniform policy's, 
 initialisation gives: their values do not change the step's work, and the scoring pass that `--reference-pass`
 runs instead costs a compilation of its own. Each case records its set-up, reference and first-step seconds.
 `--profile STEPS` also traces that many steps (`bench/op_profile.py`: time by XLA op, JAX primitive and, on a
-GPU, kernel family) and writes the compiled program beside the JSON. Every pair has two sequences of
-`--length` tokens, the second half of each marked as action tokens. Per model, remat, pairs per step and attention (`ModelConfig.attention`: the block-wise kernel
-or cuDNN's fused one): `--warmup` untimed steps (the first compiles), then the median of `--steps` steps, each
+GPU, kernel family) and writes the compiled program beside the JSON (`bench/hlo_traffic.py` reads it). Every pair has two sequences of
+`--length` tokens, the second half of each marked as action tokens. Per model, remat, pairs per step,
+attention (`ModelConfig.attention`: the block-wise kernel or cuDNN's fused one) and options (`OPTIONS`:
+layers unrolled, right padding assumed): `--warmup` untimed steps (the first compiles), then the median of `--steps` steps, each
 blocked until its metrics are ready. The JSON is rewritten after every case, so a run cut short keeps the cases
 it finished.
 
@@ -77,13 +79,18 @@ MODELS = {
 }
 
 
-def model_config(name: str, remat: bool, attention: str = "auto"):
-    """`MODELS[name]` as a ModelConfig: bfloat16 compute, float32 parameters."""
+# A case's options: the ModelConfig flags each sets (the main job's defaults: `right_padded` on, layers scanned).
+OPTIONS = {"unroll": "unroll_layers", "right_padded": "right_padded"}
+
+
+def model_config(name: str, remat: bool, attention: str = "auto", options: tuple[str, ...] = ()):
+    """`MODELS[name]` as a ModelConfig: bfloat16 compute, float32 parameters, the `OPTIONS` named set."""
     import jax.numpy as jnp
 
     from coevo_jax.models import ModelConfig
 
-    return ModelConfig(**MODELS[name], dtype=jnp.bfloat16, remat=remat, attention=attention)
+    flags = {OPTIONS[option]: True for option in options}
+    return ModelConfig(**MODELS[name], dtype=jnp.bfloat16, remat=remat, attention=attention, **flags)
 
 
 def peak_tflops(device_kind: str) -> float | None:
@@ -121,6 +128,7 @@ def bench_case(
     profile_calls: int = 0,
     hlo_dir: str | None = None,
     reference_pass: bool = False,
+    options: tuple[str, ...] = (),
 ) -> dict:
     """Step time, tokens/s and useful TFLOP/s of one (model, remat, pairs, attention) DPO step; with
     `profile_calls`, also where the time of that many traced steps goes (`op_profile`)."""
@@ -129,7 +137,7 @@ def bench_case(
     from coevo_jax import sharding
     from coevo_jax.train import ObjectiveConfig
 
-    cfg = model_config(name, remat, attention)
+    cfg = model_config(name, remat, attention, options)
     objective = (
         ObjectiveConfig() if logprob_chunk is None else ObjectiveConfig(logprob_chunk_size=logprob_chunk)
     )
@@ -167,7 +175,7 @@ def bench_case(
             return step_metrics
 
         if hlo_dir is not None:  # the compiled program, to read its fusions afterwards
-            path = Path(hlo_dir) / f"hlo_{name}_remat-{'on' if remat else 'off'}_{pairs}_{attention}.txt.gz"
+            path = Path(hlo_dir) / f"hlo_{case_label(name, remat, pairs, attention, options)}.txt.gz"
             path.parent.mkdir(parents=True, exist_ok=True)
             with gzip.open(path, "wt") as f:
                 f.write(hlo_text)
@@ -182,6 +190,7 @@ def bench_case(
         "model": name,
         "remat": remat,
         "attention": attention,
+        "options": list(options),
         "pairs": pairs,
         "length": length,
         "setup_s": setup_s,
@@ -257,28 +266,42 @@ def attention_check(length: int = 512, seed: int = 0) -> dict:
     }
 
 
-def _cases(args, attention_choices: tuple[str, ...]) -> list[tuple[str, bool, int, str]]:
-    """(model, remat, pairs, attention) in run order: each `--case`, else the grid of the other options."""
+def case_label(name: str, remat: bool, pairs: int, attention: str, options: tuple[str, ...]) -> str:
+    """A case's name in file names: `smollm2_135m_remat-off_8_cudnn`, then its options (`_unroll`...)."""
+    return "_".join((f"{name}_remat-{'on' if remat else 'off'}_{pairs}_{attention}", *options))
+
+
+def cases_from_args(args, attention_choices: tuple[str, ...]) -> list[tuple[str, bool, int, str, tuple]]:
+    """(model, remat, pairs, attention, options) in run order: each `--case`, else the grid of the flags
+    (every grid case with the `--options` set)."""
     if not args.case:
-        return list(
-            itertools.product(args.models, [r == "on" for r in args.remat], args.pairs, args.attention)
-        )
+        options = _options(args.options.split(",") if args.options else [], f"--options {args.options}")
+        remats = [r == "on" for r in args.remat]
+        return list(itertools.product(args.models, remats, args.pairs, args.attention, [options]))
     cases = []
     for spec in args.case:
         fields = spec.split(",")
         if (
-            len(fields) != 4
+            len(fields) < 4
             or fields[0] not in MODELS
             or fields[1] not in ("on", "off")
             or not fields[2].isdigit()
             or fields[3] not in attention_choices
         ):
             raise SystemExit(
-                f"--case {spec!r}: expected MODEL,on|off,PAIRS,ATTENTION with MODEL in {list(MODELS)} and "
-                f"ATTENTION in {list(attention_choices)}"
+                f"--case {spec!r}: expected MODEL,on|off,PAIRS,ATTENTION[,OPTION...] with MODEL in "
+                f"{list(MODELS)}, ATTENTION in {list(attention_choices)} and OPTION in {list(OPTIONS)}"
             )
-        cases.append((fields[0], fields[1] == "on", int(fields[2]), fields[3]))
+        cases.append((fields[0], fields[1] == "on", int(fields[2]), fields[3], _options(fields[4:], spec)))
     return cases
+
+
+def _options(words: list[str], where: str) -> tuple[str, ...]:
+    """The `OPTIONS` named, in `OPTIONS`' order; an unknown one stops the script."""
+    unknown = sorted(set(words) - set(OPTIONS))
+    if unknown:
+        raise SystemExit(f"{where}: unknown option(s) {unknown}; the options are {list(OPTIONS)}")
+    return tuple(option for option in OPTIONS if option in words)
 
 
 def main() -> None:
@@ -293,11 +316,14 @@ def main() -> None:
     parser.add_argument("--remat", nargs="+", default=["on", "off"], choices=["on", "off"])
     parser.add_argument("--attention", nargs="+", default=["auto"], choices=ATTENTION_CHOICES)
     parser.add_argument(
+        "--options", default="", help=f"comma-separated, for every grid case: {list(OPTIONS)}"
+    )
+    parser.add_argument(
         "--case",
         action="append",
         default=[],
-        metavar="MODEL,REMAT,PAIRS,ATTENTION",
-        help="one case, e.g. llama_1b,off,8,cudnn (repeatable; replaces the grid)",
+        metavar="MODEL,REMAT,PAIRS,ATTENTION[,OPTION...]",
+        help="one case, e.g. llama_1b,off,8,cudnn,unroll,right_padded (repeatable; replaces the grid)",
     )
     parser.add_argument("--check", action="store_true", help="compare cuDNN and block-wise attention first")
     parser.add_argument("--warmup", type=int, default=2)
@@ -318,7 +344,7 @@ def main() -> None:
         "--profile", type=int, default=0, metavar="STEPS", help="also trace this many steps per case"
     )
     args = parser.parse_args()
-    cases = _cases(args, ATTENTION_CHOICES)
+    cases = cases_from_args(args, ATTENTION_CHOICES)
     import jax
 
     device_kind = str(jax.devices()[0].device_kind)
@@ -343,8 +369,9 @@ def main() -> None:
             record["attention_check"] = {"error": repr(error)[:500]}
         print(f"attention check: {record['attention_check']}", flush=True)
         anchor.write_result("gpu_mfu", record, args.out)
-    for name, remat, pairs, attention in cases:
+    for name, remat, pairs, attention, options in cases:
         label = f"{name:13s} remat={'on' if remat else 'off':3s} pairs={pairs:3d} attention={attention:7s}"
+        label += "".join(f" {option}" for option in options)
         try:
             case = bench_case(
                 name,
@@ -358,9 +385,16 @@ def main() -> None:
                 args.profile,
                 args.out,
                 args.reference_pass,
+                options,
             )
         except Exception as error:  # e.g. out of device memory: recorded, the grid goes on
-            case = {"model": name, "remat": remat, "pairs": pairs, "attention": attention}
+            case = {
+                "model": name,
+                "remat": remat,
+                "pairs": pairs,
+                "attention": attention,
+                "options": list(options),
+            }
             case["error"] = repr(error)[:500]
             print(f"{label}: {case['error']}", flush=True)
         else:

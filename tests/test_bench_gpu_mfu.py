@@ -1,5 +1,6 @@
 """`bench/gpu_mfu.py`: its weightless model shapes, its FLOP accounting and one tiny step on the CPU."""
 
+import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -33,6 +34,26 @@ def test_flops_model_fields_count_the_llama_1b_shape():
     embedding = cfg.vocab_size * cfg.hidden_size
     assert flops.matmul_params(flops.model_fields(cfg)) == 1_235_814_400 - norms
     assert embedding == 262_668_288
+
+
+def test_cases_name_remat_pairs_attention_and_options():
+    args = lambda *case, **grid: argparse.Namespace(case=list(case), **grid)
+    specs = ("llama_1b,off,8,cudnn", "smollm2_135m,on,16,blocked,right_padded,unroll")
+    assert gpu_mfu.cases_from_args(args(*specs), ("cudnn", "blocked")) == [
+        ("llama_1b", False, 8, "cudnn", ()),
+        ("smollm2_135m", True, 16, "blocked", ("unroll", "right_padded")),
+    ]
+    grid = dict(models=["llama_1b"], remat=["on", "off"], pairs=[4], attention=["auto"], options="unroll")
+    assert gpu_mfu.cases_from_args(args(**grid), ("auto",)) == [
+        ("llama_1b", True, 4, "auto", ("unroll",)),
+        ("llama_1b", False, 4, "auto", ("unroll",)),
+    ]
+    with pytest.raises(SystemExit, match="unknown option"):
+        gpu_mfu.cases_from_args(args("llama_1b,off,8,cudnn,fast"), ("cudnn",))
+    label = gpu_mfu.case_label("llama_1b", False, 8, "cudnn", ("unroll", "right_padded"))
+    assert label == "llama_1b_remat-off_8_cudnn_unroll_right_padded"
+    cfg = gpu_mfu.model_config("llama_1b", False, "cudnn", ("unroll", "right_padded"))
+    assert cfg.unroll_layers and cfg.right_padded and not gpu_mfu.model_config("llama_1b", False).right_padded
 
 
 def test_peak_lookup():
