@@ -11,6 +11,8 @@ moments, reference log-probs cached (attached to the batch), one micro-batch, ra
 shapes are what matter). The cached reference log-probs are a uniform policy's, which is about what a random
 initialisation gives: their values do not change the step's work, and the scoring pass that `--reference-pass`
 runs instead costs a compilation of its own. Each case records its set-up, reference and first-step seconds.
+A case without options attends through the checked cuDNN dispatch, as sessions 9-16 measured it; the main job
+now assumes right padding, so add the option `right_padded` to time exactly its step.
 `--profile STEPS` also traces that many steps (`bench/op_profile.py`: time by XLA op, JAX primitive and, on a
 GPU, kernel family) and writes the compiled program beside the JSON (`bench/hlo_traffic.py` reads it). Every pair has two sequences of
 `--length` tokens, the second half of each marked as action tokens. Per model, remat, pairs per step,

@@ -68,6 +68,7 @@ def test_updates_with_beta_zero_never_run_the_reference_pass():
     setup = types.SimpleNamespace(
         cfg=cfg,
         tokenizer=types.SimpleNamespace(pad_token_id=0),
+        model_cfg=types.SimpleNamespace(right_padded=True),  # the main job's: each batch is checked
         mesh=single_mesh(),
         rules=sharding.ShardingRules(),
     )

@@ -79,9 +79,7 @@ class ModelSpec:
     sample_dtype: str = "float32"  # rollouts (float32 decodes faster on CPUs)
     remat: bool = False
     unroll_layers: bool = False  # train steps unroll the layer scan (GPUs, no remat; `ModelConfig`)
-    right_padded: bool = (
-        True  # collated batches are right-padded (checked): cuDNN attention needs no fallback
-    )
+    right_padded: bool = True  # batches are right-padded (checked): cuDNN attention without fallback
     attention: str = "auto"  # full-sequence passes: 'auto' (cuDNN's fused kernel on GPUs), 'blocked', 'cudnn'
     token_shift: int = 0  # scratch: previous tokens mixed into each input (`coevo_jax.models.token_shift`)
     lora_rank: int = 0  # 0: full fine-tuning

@@ -67,7 +67,7 @@ class ModelConfig:
     remat: bool = False
     # Full-sequence passes run the layer scan unrolled (`lax.scan(unroll=num_layers)`): XLA then writes each
     # layer's residuals where the backward pass reads them instead of stacking them into [L, ...] buffers and
-    # slicing them out again. For GPUs without remat (SmolLM2's DPO step compiled for an H100: 250 -> 138 GB
+    # slicing them out again. For GPUs without remat (SmolLM2's DPO step compiled for an H100: 249 -> 130 GB
     # of memory-bound traffic, `bench/gpu_aot.py`); compile time grows with depth. Sampling ignores it.
     unroll_layers: bool = False
     # Full-sequence passes may take every row's attention mask as a prefix (right padding, as `data.batching`
