@@ -44,19 +44,19 @@ def _pairs():
     ]
 
 
-def setup_steps(cfg, learning_rate: float, beta: float, objective=None):
-    """(steps, phase scalars, train state, mesh, rules) of model `cfg` on one device: the main job's steps
-    built for a constant-lr AdamW phase without weight decay, the state randomly initialised.
+def build_dpo_steps(cfg, learning_rate: float, beta: float, objective=None, device=None):
+    """(steps, phase scalars, optimizer, state shardings, mesh, rules) of model `cfg` on one device (default
+    the first): the main job's steps built for a constant-lr AdamW phase without weight decay.
     `objective`: an ObjectiveConfig (default the main job's)."""
     import jax
 
     from coevo_jax import sharding
     from coevo_jax.models import abstract_model
     from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
-    from coevo_jax.train.state import init_train_state, state_shardings
+    from coevo_jax.train.state import state_shardings
 
     mesh = sharding.make_mesh(
-        sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), jax.devices()[:1]
+        sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), [device or jax.devices()[0]]
     )
     rules = sharding.ShardingRules()
     opt = OptimizerConfig(learning_rate=learning_rate, warmup_steps=0, weight_decay=0.0)
@@ -64,6 +64,17 @@ def setup_steps(cfg, learning_rate: float, beta: float, objective=None):
     graphdef, _ = abstract_model(cfg)
     shardings = state_shardings(cfg, tx, mesh, rules)
     steps = build_steps(graphdef, tx, shardings, mesh, rules, objective or ObjectiveConfig())
+    return steps, scalars, tx, shardings, mesh, rules
+
+
+def setup_steps(cfg, learning_rate: float, beta: float, objective=None):
+    """(steps, phase scalars, train state, mesh, rules): `build_dpo_steps` on the first device, the state
+    randomly initialised."""
+    import jax
+
+    from coevo_jax.train.state import init_train_state
+
+    steps, scalars, tx, shardings, mesh, rules = build_dpo_steps(cfg, learning_rate, beta, objective)
     state = init_train_state(cfg, tx, shardings, jax.random.key(0))
     return steps, scalars, state, mesh, rules
 

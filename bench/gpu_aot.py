@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import anchor
+import dpo_throughput
 import gpu_mfu
 import hlo_traffic
 import numpy as np
@@ -81,37 +82,21 @@ device_description_str: "{chip["description"]}"
 """
 
 
-def _abstract(tree, shardings):
-    import jax
-
-    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=s), tree, shardings)
-
-
-def compile_case(devices, name: str, remat: bool, pairs: int, length: int, attention: str, options=()):
-    """(compiled DPO step, compile seconds) of one case on one GPU of the target: as `gpu_mfu.bench_case`
-    builds it, with abstract arguments."""
+def compile_case(device, name: str, remat: bool, pairs: int, length: int, attention: str, options=()):
+    """(compiled DPO step, compile seconds) of one case on `device` (one GPU of the target): as
+    `gpu_mfu.bench_case` builds it, with abstract arguments."""
     import jax
 
     from coevo_jax import sharding
-    from coevo_jax.models import abstract_model
-    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
-    from coevo_jax.train.state import TrainState, abstract_params_of, state_shardings
+    from coevo_jax.train.state import abstract_state
 
     cfg = gpu_mfu.model_config(name, remat, attention, options)
-    mesh = sharding.make_mesh(sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), devices)
-    rules = sharding.ShardingRules()
-    optimizer = OptimizerConfig(learning_rate=1e-6, warmup_steps=0, weight_decay=0.0)
-    tx, scalars = make_optimizer(optimizer.adamw_settings()), phase_scalars(optimizer, 0.1)
-    shardings = state_shardings(cfg, tx, mesh, rules)
-    steps = build_steps(abstract_model(cfg)[0], tx, shardings, mesh, rules, ObjectiveConfig())
-    params = abstract_params_of(cfg)
-    state = TrainState(
-        step=jax.ShapeDtypeStruct((), np.int32), params=params, opt_state=jax.eval_shape(tx.init, params)
-    )
-    state = _abstract(state, shardings)
+    steps, scalars, tx, shardings, mesh, _ = dpo_throughput.build_dpo_steps(cfg, 1e-6, 0.1, device=device)
+    state = abstract_state(cfg, tx, shardings)
     batch = gpu_mfu._batch(pairs, length, cfg.vocab_size)
-    uniform = -np.sum(batch["loss_mask"], axis=-1) * np.log(cfg.vocab_size)
-    batch["ref_chosen_logps"], batch["ref_rejected_logps"] = uniform[0::2], uniform[1::2]
+    batch["ref_chosen_logps"], batch["ref_rejected_logps"] = gpu_mfu.uniform_reference_logps(
+        batch, cfg.vocab_size
+    )
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     place = lambda tree: jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype, sharding=replicated), tree
@@ -160,7 +145,7 @@ def main() -> None:
     for name, remat, pairs, attention, options in cases:
         label = gpu_mfu.case_label(name, remat, pairs, attention, options)
         compiled, seconds = compile_case(
-            topology.devices, name, remat, pairs, args.length, attention, options
+            topology.devices[0], name, remat, pairs, args.length, attention, options
         )
         text = compiled.as_text()
         out.mkdir(parents=True, exist_ok=True)

@@ -118,6 +118,13 @@ def _batch(pairs: int, length: int, vocab_size: int, seed: int = 0) -> dict:
     return collate_dpo(data, length=length, pairs_per_batch=pairs, pad_id=anchor.PAD_ID)
 
 
+def uniform_reference_logps(batch: dict, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(chosen, rejected) reference log-probs of a uniform policy over `vocab_size` tokens for a collated
+    DPO batch (rows: chosen, rejected, chosen, ...)."""
+    uniform = -np.sum(batch["loss_mask"], axis=-1) * np.log(vocab_size)
+    return uniform[0::2], uniform[1::2]
+
+
 def bench_case(
     name: str,
     remat: bool,
@@ -156,8 +163,7 @@ def bench_case(
         chosen, rejected = jax.device_get(steps.reference(state.params, placed))
         reference_s = time.perf_counter() - start
     else:  # a uniform policy's log-probs: the step does the same work, without compiling the scoring pass
-        uniform = -np.sum(batch["loss_mask"], axis=-1) * np.log(cfg.vocab_size)  # rows: chosen, rejected, ...
-        chosen, rejected = uniform[0::2], uniform[1::2]
+        chosen, rejected = uniform_reference_logps(batch, cfg.vocab_size)
         reference_s = 0.0
     batch["ref_chosen_logps"], batch["ref_rejected_logps"] = np.ravel(chosen), np.ravel(rejected)
     placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)

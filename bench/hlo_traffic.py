@@ -112,6 +112,12 @@ def _called(attrs: str, key: str) -> str | None:
     return match.group(1) if match else None
 
 
+def _outputs(body: list[Instruction], by_name: dict[str, Instruction]) -> list[Instruction]:
+    """What a computation's root returns: the tuple's elements, or the root itself."""
+    root = next(i for i in body if i.root)
+    return [by_name[o] for o in root.operands] if root.op == "tuple" else [root]
+
+
 def _fusion_bytes(body: list[Instruction]) -> tuple[int, int]:
     """(bytes read, bytes written) of one fusion's body (see the module docstring)."""
     by_name = {i.name: i for i in body}
@@ -131,10 +137,8 @@ def _fusion_bytes(body: list[Instruction]) -> tuple[int, int]:
             found += readers(user.name) if user.op in _VIEWS else [(name, user)]
         return found
 
-    root = next(i for i in body if i.root)
-    outputs = [by_name[o] for o in root.operands] if root.op == "tuple" else [root]
     written, in_place = 0, set()
-    for output in outputs:
+    for output in _outputs(body, by_name):
         output = by_name[source(output.name)]
         if output.op == "dynamic-update-slice":
             written += shape_bytes(by_name[output.operands[1]].shape)
@@ -173,7 +177,6 @@ class Program:
 
     def __init__(self, text: str):
         self.computations, self.entry = parse(text)
-        self._bytes_cache: dict[str, int] = {}
 
     def _calls(self, name: str) -> str:
         """Every attribute text under a computation, the computations it calls included."""
@@ -200,20 +203,18 @@ class Program:
                 total += self._flops_in(_called(instruction.attrs, "calls"))
         return total
 
-    def _family(self, instruction: Instruction) -> str:
+    def _family(self, instruction: Instruction, fused_flops: int) -> str:
+        """The kernel's family; `fused_flops`: the dot FLOPs inside it, if it is a fusion."""
         if instruction.op == "custom-call":
             target = re.search(r'custom_call_target="([^"]*)"', instruction.attrs).group(1)
             if "cudnn" in target:
                 return "attention"
             return "matmul" if "cublas" in target or "gemm" in target else "other"
         if instruction.op == "fusion":
-            body = self.computations[_called(instruction.attrs, "calls")]
-            if self._flops_in(_called(instruction.attrs, "calls")):
+            if fused_flops:
                 return "matmul"
-            by_name = {i.name: i for i in body}
-            root = next(i for i in body if i.root)
-            outputs = [by_name[o] for o in root.operands] if root.op == "tuple" else [root]
-            if any(o.op == "dynamic-update-slice" for o in outputs):
+            body = self.computations[_called(instruction.attrs, "calls")]
+            if any(o.op == "dynamic-update-slice" for o in _outputs(body, {i.name: i for i in body})):
                 return "stack"
             if all(
                 i.op in ("parameter", "copy", "transpose", "slice", "dynamic-slice") + _VIEWS for i in body
@@ -225,12 +226,12 @@ class Program:
         return "stack" if instruction.op == "dynamic-update-slice" else "other"
 
     def _kernel(self, instruction: Instruction, table: dict[str, Instruction], launches: int) -> Kernel:
-        family = self._family(instruction)
+        fused = _called(instruction.attrs, "calls") if instruction.op == "fusion" else None
+        flops = self._flops_in(fused) if fused else 0
+        family = self._family(instruction, flops)
         operand_bytes = [shape_bytes(table[o].shape) if o in table else 0 for o in instruction.operands]
-        flops = 0
-        if instruction.op == "fusion":
-            read, written = _fusion_bytes(self.computations[_called(instruction.attrs, "calls")])
-            flops = self._flops_in(_called(instruction.attrs, "calls"))
+        if fused:
+            read, written = _fusion_bytes(self.computations[fused])
         elif instruction.op == "dynamic-update-slice":
             read = written = operand_bytes[1]
         elif instruction.op in ("dynamic-slice", "slice"):
