@@ -70,13 +70,13 @@ def test_two_processes_match_one(tmp_path):
                 [sys.executable, __file__, export_dir],
                 env=env,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.PIPE,  # apart: Gloo's logging once landed inside the LOSS line
                 text=True,
             )
         )
-    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
-    for proc, out in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, out[-3000:]
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, (out + err)[-3000:]
         loss = float(next(line for line in out.splitlines() if line.startswith("LOSS")).split()[1])
         np.testing.assert_allclose(loss, float(metrics["loss"]), rtol=1e-6)
 
