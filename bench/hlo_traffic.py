@@ -9,7 +9,8 @@ callee; a conditional counts its branch that calls cuDNN if one does (the right-
 attention dispatch), else its branch that moves the most bytes.
 
 Bytes are what a kernel must read and write at least once: its operands and results, except that an operand
-a fusion reads only through slices counts those slices, and a buffer a dynamic-update-slice writes in place
+a kernel reads only through slices or gathers counts the elements those pick (a gather of one target logit per
+token from a [tokens, vocabulary] block reads [tokens] values, not the block), and a buffer a dynamic-update-slice writes in place
 counts the update alone (so a scan's stacked residuals count what each iteration writes). Kernels fall into
 families: `matmul` (cuBLAS calls, fusions holding a dot), `attention` (cuDNN calls), `stack` (in-place
 dynamic-update-slices: a loop's stacked outputs), `copy` (copies, transposes and slices on their own), and
@@ -38,6 +39,7 @@ _INSTRUCTION = re.compile(r"^\s*(ROOT )?%([\w.\-]+) = (.*?) ([\w\-]+)\((.*)$")
 _NO_KERNEL = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id"}
 _NO_KERNEL |= {"replica-id", "opt-barrier", "add-dependency", "async-done", "async-update"}
 _VIEWS = ("bitcast", "reshape")  # inside a fusion: the same bytes under another shape
+_PICKS = ("dynamic-slice", "slice", "gather")  # read only the elements of their result from operand 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +152,7 @@ def _fusion_bytes(body: list[Instruction]) -> tuple[int, int]:
         if instruction.op != "parameter" or instruction.name in in_place:
             continue
         uses = readers(instruction.name)
-        if uses and all(u.op in ("dynamic-slice", "slice") and u.operands[0] == via for via, u in uses):
+        if uses and all(u.op in _PICKS and u.operands[0] == via for via, u in uses):
             read += sum(shape_bytes(u.shape) for _, u in uses)
         else:
             read += shape_bytes(instruction.shape)
@@ -236,6 +238,8 @@ class Program:
             read = written = operand_bytes[1]
         elif instruction.op in ("dynamic-slice", "slice"):
             read = written = shape_bytes(instruction.shape)
+        elif instruction.op == "gather":
+            read, written = shape_bytes(instruction.shape) + operand_bytes[1], shape_bytes(instruction.shape)
         else:
             read, written = sum(operand_bytes), shape_bytes(instruction.shape)
             flops = _dot_flops(instruction, table) if family == "matmul" else 0

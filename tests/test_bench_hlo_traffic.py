@@ -129,3 +129,32 @@ def test_a_compiled_scan_counts_each_step_s_slice():
     assert stacked and all(k.launches == 6 for k in stacked)
     assert sum(k.bytes_written for k in stacked) == xs.nbytes
     assert xs.nbytes <= sum(k.bytes_read for k in stacked) <= xs.nbytes + 6 * 64
+
+
+# One target logit per token picked from a [1024, 256] block inside a fusion, and one unfused gather.
+GATHERS = """HloModule gathers, entry_computation_layout={(f32[1024,256]{1,0}, s32[1024,2]{1,0})->f32[1024]{0}}
+
+%fused_pick (param_0: f32[1024,256], param_1: s32[1024,2]) -> f32[1024] {
+  %param_0 = f32[1024,256]{1,0} parameter(0)
+  %bitcast.1 = f32[1024,256,1]{2,1,0} bitcast(%param_0)
+  %param_1 = s32[1024,2]{1,0} parameter(1)
+  %gather.1 = f32[1024,1,1]{2,1,0} gather(%bitcast.1, %param_1), offset_dims={1,2}, collapsed_slice_dims={}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1,1}
+  %bitcast.2 = f32[1024]{0} bitcast(%gather.1)
+  ROOT %negate.1 = f32[1024]{0} negate(%bitcast.2)
+}
+
+ENTRY %main (logits: f32[1024,256], indices: s32[1024,2]) -> f32[1024] {
+  %logits = f32[1024,256]{1,0} parameter(0)
+  %indices = s32[1024,2]{1,0} parameter(1)
+  %fusion.1 = f32[1024]{0} fusion(%logits, %indices), kind=kLoop, calls=%fused_pick
+  %gather.2 = f32[1024,1]{1,0} gather(%logits, %indices), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}
+  ROOT %bitcast.3 = f32[1024]{0} bitcast(%gather.2)
+}
+"""
+
+
+def test_a_gather_reads_the_elements_it_picks_not_its_whole_operand():
+    kernels = {k.name: k for k in hlo_traffic.Program(GATHERS).kernels()}
+    picked, indices = 1024 * 4, 1024 * 2 * 4
+    assert (kernels["fusion.1"].bytes_read, kernels["fusion.1"].bytes_written) == (picked + indices, picked)
+    assert (kernels["gather.2"].bytes_read, kernels["gather.2"].bytes_written) == (picked + indices, picked)
