@@ -17,7 +17,7 @@ now assumes right padding, so add the option `right_padded` to time exactly its 
 GPU, kernel family) and writes the compiled program beside the JSON (`bench/hlo_traffic.py` reads it). Every pair has two sequences of
 `--length` tokens, the second half of each marked as action tokens. Per model, remat, pairs per step,
 attention (`ModelConfig.attention`: the block-wise kernel or cuDNN's fused one) and options (`OPTIONS`:
-layers unrolled, right padding assumed): `--warmup` untimed steps (the first compiles), then the median of `--steps` steps, each
+layers unrolled, right padding assumed, the forward's logits kept for the backward pass): `--warmup` untimed steps (the first compiles), then the median of `--steps` steps, each
 blocked until its metrics are ready. The JSON is rewritten after every case, so a run cut short keeps the cases
 it finished.
 
@@ -81,18 +81,35 @@ MODELS = {
 }
 
 
-# A case's options: the ModelConfig flags each sets (the main job's defaults: `right_padded` on, layers scanned).
-OPTIONS = {"unroll": "unroll_layers", "right_padded": "right_padded"}
+# A case's options: the flag each sets, of the ModelConfig or of the ObjectiveConfig (the main job's defaults:
+# `right_padded` on, layers scanned, logits kept up to losses.KEEP_LOGITS_MAX_BYTES, i.e. not at these sizes).
+OPTIONS = {
+    "unroll": ("model", "unroll_layers"),
+    "right_padded": ("model", "right_padded"),
+    "keep_logits": ("objective", "keep_logits"),
+}
+
+
+def _flags(options: tuple[str, ...], config: str) -> dict:
+    return {OPTIONS[option][1]: True for option in options if OPTIONS[option][0] == config}
 
 
 def model_config(name: str, remat: bool, attention: str = "auto", options: tuple[str, ...] = ()):
-    """`MODELS[name]` as a ModelConfig: bfloat16 compute, float32 parameters, the `OPTIONS` named set."""
+    """`MODELS[name]` as a ModelConfig: bfloat16 compute, float32 parameters, its `OPTIONS` named set."""
     import jax.numpy as jnp
 
     from coevo_jax.models import ModelConfig
 
-    flags = {OPTIONS[option]: True for option in options}
+    flags = _flags(options, "model")
     return ModelConfig(**MODELS[name], dtype=jnp.bfloat16, remat=remat, attention=attention, **flags)
+
+
+def objective_config(options: tuple[str, ...] = (), logprob_chunk: int | None = None):
+    """The main job's ObjectiveConfig with its `OPTIONS` named set and, if given, `logprob_chunk_size`."""
+    from coevo_jax.train import ObjectiveConfig
+
+    chunk = {} if logprob_chunk is None else {"logprob_chunk_size": logprob_chunk}
+    return ObjectiveConfig(**chunk, **_flags(options, "objective"))
 
 
 def peak_tflops(device_kind: str) -> float | None:
@@ -144,12 +161,9 @@ def bench_case(
     import jax
 
     from coevo_jax import sharding
-    from coevo_jax.train import ObjectiveConfig
 
     cfg = model_config(name, remat, attention, options)
-    objective = (
-        ObjectiveConfig() if logprob_chunk is None else ObjectiveConfig(logprob_chunk_size=logprob_chunk)
-    )
+    objective = objective_config(options, logprob_chunk)
     start = time.perf_counter()
     steps, scalars, state, mesh, rules = dpo_throughput.setup_steps(
         cfg, learning_rate=1e-6, beta=0.1, objective=objective

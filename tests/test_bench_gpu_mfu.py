@@ -14,6 +14,8 @@ import gpu_mfu  # noqa: E402
 import op_profile  # noqa: E402
 import shapes  # noqa: E402
 
+from coevo_jax.train import ObjectiveConfig  # noqa: E402
+
 
 def test_the_smollm2_shape_is_the_bundled_ggufs():
     pytest.importorskip("gguf")
@@ -54,6 +56,10 @@ def test_cases_name_remat_pairs_attention_and_options():
     assert label == "llama_1b_remat-off_8_cudnn_unroll_right_padded"
     cfg = gpu_mfu.model_config("llama_1b", False, "cudnn", ("unroll", "right_padded"))
     assert cfg.unroll_layers and cfg.right_padded and not gpu_mfu.model_config("llama_1b", False).right_padded
+    both = ("right_padded", "keep_logits")
+    assert gpu_mfu.model_config("llama_1b", False, "cudnn", both).right_padded
+    assert gpu_mfu.objective_config(both, 64) == ObjectiveConfig(logprob_chunk_size=64, keep_logits=True)
+    assert gpu_mfu.objective_config(("unroll",)) == ObjectiveConfig()
 
 
 def test_peak_lookup():

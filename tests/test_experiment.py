@@ -22,12 +22,13 @@ from coevo_jax.experiment.config import (
     METHODS,
     PAPER_METHODS,
     ExperimentConfig,
+    GRPOConfig,
     RolloutSpec,
 )
 from coevo_jax.experiment.experts import generate_experts
 from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.experiment.policy import build_setup
-from coevo_jax.experiment.programs import Programs
+from coevo_jax.experiment.programs import Programs, objective_config
 from coevo_jax.experiment.results import load_results
 from coevo_jax.experiment.run import run
 from coevo_jax.experiment.store import RunStore
@@ -439,6 +440,14 @@ def test_a_workdir_resumes_under_code_with_new_config_fields_left_at_their_defau
     store.close()
 
 
+def test_the_run_config_sets_the_train_steps_loss_settings():
+    cfg = ExperimentConfig(sft_per_token=False, keep_logits=True, grpo=GRPOConfig(beta=0.2, temperature=0.7))
+    objective = objective_config(cfg)
+    assert (objective.sft_per_token, objective.keep_logits) == (False, True)
+    assert (objective.grpo.beta, objective.grpo.temperature) == (0.2, 0.7)
+    assert objective_config(ExperimentConfig()).keep_logits is None  # kept up to KEEP_LOGITS_MAX_BYTES
+
+
 def test_a_resumed_run_may_change_how_it_executes_but_not_what_it_computes(tmp_path):
     """Micro-batches, sampler rows, checkpoint and log cadence may change on resume (and are recorded);
     results fields not."""
@@ -446,12 +455,17 @@ def test_a_resumed_run_may_change_how_it_executes_but_not_what_it_computes(tmp_p
     store.check_config(ExperimentConfig(seed=3).to_json(), execution_fields=EXECUTION_FIELDS)
     rollout = RolloutSpec(rows=16, groups=1)
     faster = ExperimentConfig(
-        seed=3, num_microbatches=2, checkpoint_every_steps=7, show_progress=False, rollout=rollout
+        seed=3,
+        num_microbatches=2,
+        keep_logits=True,
+        checkpoint_every_steps=7,
+        show_progress=False,
+        rollout=rollout,
     )
-    with pytest.raises(
-        ValueError,
-        match=r"changed: checkpoint_every_steps, num_microbatches, rollout.groups, rollout.rows, show_progress\)",
-    ):
+    changed = (
+        "checkpoint_every_steps, keep_logits, num_microbatches, rollout.groups, rollout.rows, show_progress"
+    )
+    with pytest.raises(ValueError, match=rf"changed: {changed}\)"):
         store.check_config(faster.to_json())  # without the allowance: refused
     store.check_config(faster.to_json(), execution_fields=EXECUTION_FIELDS)
     assert json.loads((tmp_path / "config.json").read_text()) == faster.to_json()

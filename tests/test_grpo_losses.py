@@ -229,8 +229,8 @@ def test_unknown_options_are_errors():
         losses.grpo_loss(z, z, z, np.zeros(1), z, aggregation="mean")
 
 
-@pytest.mark.parametrize("keep_probs", [True, False])
-def test_tempered_logprobs_from_hidden_and_their_gradients_match_float64_reference(keep_probs):
+@pytest.mark.parametrize("keep_logits", [True, False])
+def test_tempered_logprobs_from_hidden_and_their_gradients_match_float64_reference(keep_logits):
     """log softmax(h @ w / T)[target], the trainer's side of GRPO's ratio, and its hand-written backward."""
     rng, seed = fresh_rng()
     batch, length, hidden, vocab, chunk, temperature = 2, 7, 6, 17, 4, 0.7
@@ -241,7 +241,7 @@ def test_tempered_logprobs_from_hidden_and_their_gradients_match_float64_referen
 
     def total(hh, ww):
         logps = losses.token_logprobs_from_hidden(
-            hh, ww, targets, chunk, keep_probs=keep_probs, temperature=temperature
+            hh, ww, targets, chunk, keep_logits=keep_logits, temperature=temperature
         )
         return jnp.sum(logps * weights), logps
 

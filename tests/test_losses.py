@@ -1,5 +1,7 @@
 """coevo_jax.losses against float64 NumPy references on fresh random inputs."""
 
+from unittest import mock
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -222,9 +224,9 @@ def test_chunked_logprobs_from_hidden_equal_unchunked(chunk_size):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5, err_msg=f"seed={seed}")
 
 
-@pytest.mark.parametrize("keep_probs", [True, False])
-def test_logprob_gradients_from_hidden_match_float64_reference(keep_probs):
-    """The hand-written backward (onehot - softmax), with kept or recomputed probabilities."""
+@pytest.mark.parametrize("keep_logits", [True, False])
+def test_logprob_gradients_from_hidden_match_float64_reference(keep_logits):
+    """The hand-written backward (onehot - softmax), with the forward's logits kept or recomputed."""
     rng, seed = fresh_rng()
     batch, length, hidden, vocab, chunk = 2, 7, 6, 17, 4
     h = rng.standard_normal((batch, length, hidden))
@@ -233,7 +235,7 @@ def test_logprob_gradients_from_hidden_match_float64_reference(keep_probs):
     weights = rng.standard_normal((batch, length))  # d(loss)/d(logp_t)
 
     def total(hh, ww):
-        logps = losses.token_logprobs_from_hidden(hh, ww, targets, chunk, keep_probs=keep_probs)
+        logps = losses.token_logprobs_from_hidden(hh, ww, targets, chunk, keep_logits=keep_logits)
         return jnp.sum(logps * weights)
 
     got_h, got_w = jax.grad(total, argnums=(0, 1))(h.astype(np.float32), w.astype(np.float32))
@@ -245,9 +247,26 @@ def test_logprob_gradients_from_hidden_match_float64_reference(keep_probs):
     assert_close(got_w, np.einsum("btd,btv->dv", h, d_logits), seed, atol=1e-5)
 
 
-def test_logprob_backward_keeps_probabilities_only_while_small():
-    assert losses.keeps_probs(8 * 512, 8192)  # the benchmark anchor: 128 MiB
-    assert not losses.keeps_probs(2 * 4096, 32768)  # 1 GiB: recomputed chunk by chunk
+def test_logprob_backward_keeps_logits_by_default_only_while_small():
+    assert losses.keeps_logits(8 * 512, 8192)  # the benchmark anchor: 128 MiB
+    assert not losses.keeps_logits(2 * 4096, 32768)  # 1 GiB: recomputed chunk by chunk
+
+
+@pytest.mark.parametrize("keep_logits, products", [(True, 3), (False, 4), (None, 4)])
+def test_kept_logits_spare_the_backward_its_unembedding_product(keep_logits, products):
+    """Forward: one [C, D] x [D, V] product per chunk; backward: d_hidden and d_unembed, plus the logits
+    again unless kept. 4 x 256 x 8192 float32 logits (32 MiB) are under the default bound, so `None` would
+    keep them: the bound is lowered to 1 MiB here to show that `True` keeps them past it."""
+    h = jnp.ones((4, 256, 16), jnp.float32)
+    w = jnp.ones((16, 8192), jnp.float32)
+    targets = jnp.zeros((4, 256), jnp.int32)
+
+    def total(hh, ww):
+        return jnp.sum(losses.token_logprobs_from_hidden(hh, ww, targets, 512, keep_logits=keep_logits))
+
+    with mock.patch.object(losses, "KEEP_LOGITS_MAX_BYTES", 1 << 20):
+        jaxpr = str(jax.make_jaxpr(jax.grad(total, argnums=(0, 1)))(h, w))
+    assert jaxpr.count("dot_general[") == products
 
 
 def test_chunked_logprobs_never_build_full_logits():

@@ -185,11 +185,13 @@ class RolloutSpec:
 
 # Fields (dotted names) that change how a run executes, not what it computes, so a resumed run may change
 # them, e.g. to fit a step into memory or to decode more rows at once: micro-batches accumulate to the same
-# gradient up to float rounding; the sampler's rows and groups batch the same episodes differently (each
-# episode samples with keys of its own task, sample and turn, and rollouts return in task and sample order;
-# tests/test_rollout.py plays the same episodes on other rows, greedy and sampled).
+# gradient up to float rounding, and so does a backward pass with kept logits (`keep_logits`); the sampler's
+# rows and groups batch the same episodes differently (each episode samples with keys of its own task, sample
+# and turn, and rollouts return in task and sample order; tests/test_rollout.py plays the same episodes on
+# other rows, greedy and sampled).
 EXECUTION_FIELDS = (
     "num_microbatches",
+    "keep_logits",
     "checkpoint_every_steps",
     "log_every_steps",
     "show_progress",
@@ -217,6 +219,10 @@ class ExperimentConfig:
     length_buckets: tuple[int, ...] = ()  # training batch lengths; () = powers of two, min_bucket..max_length
     num_microbatches: int = 1
     sft_per_token: bool = True
+    # The backward pass keeps the forward's [tokens, vocabulary] float32 logits instead of computing them
+    # again (one product of the unembedding fewer per step): None up to losses.KEEP_LOGITS_MAX_BYTES (512 MiB),
+    # True at any size (an accelerator with memory to spare), False never.
+    keep_logits: bool | None = None
     checkpoint_every_steps: int = 50  # mid-phase TrainState checkpoints (resume inside a phase)
     mesh_axes: tuple[tuple[str, int], ...] = (("data", -1), ("fsdp", 1), ("tensor", 1))
     log_every_steps: int = 10

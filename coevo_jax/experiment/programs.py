@@ -22,6 +22,22 @@ from coevo_jax.train import AdamWSettings, GRPOObjective, ObjectiveConfig, build
 from coevo_jax.train.state import state_shardings
 
 
+def objective_config(cfg: ExperimentConfig) -> ObjectiveConfig:
+    """The train steps' static loss settings from a run's config."""
+    grpo = cfg.grpo
+    return ObjectiveConfig(
+        sft_per_token=cfg.sft_per_token,
+        keep_logits=cfg.keep_logits,
+        grpo=GRPOObjective(
+            clip_low=grpo.clip_low,
+            clip_high=grpo.clip_high,
+            beta=grpo.beta,
+            aggregation=grpo.aggregation,
+            temperature=grpo.temperature,
+        ),
+    )
+
+
 @dataclasses.dataclass(eq=False)
 class Programs:
     """Train steps and samplers for one architecture on one mesh, built on first use and kept."""
@@ -48,24 +64,13 @@ class Programs:
     def _build_steps(self, adamw: AdamWSettings):
         tx = make_optimizer(adamw)
         shardings = state_shardings(self.model_cfg, tx, self.mesh, self.rules)
-        grpo = self.cfg.grpo
-        objective = ObjectiveConfig(
-            sft_per_token=self.cfg.sft_per_token,
-            grpo=GRPOObjective(
-                clip_low=grpo.clip_low,
-                clip_high=grpo.clip_high,
-                beta=grpo.beta,
-                aggregation=grpo.aggregation,
-                temperature=grpo.temperature,
-            ),
-        )
         steps = build_steps(
             self.graphdef,
             tx,
             shardings,
             self.mesh,
             self.rules,
-            objective,
+            objective_config(self.cfg),
             param_shardings=self.param_shardings,
         )
         return steps, tx, shardings

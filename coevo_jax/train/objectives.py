@@ -51,16 +51,24 @@ class GRPOObjective:
 
 @dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
-    """Static loss settings: eq. 9 SFT normalisation, log-prob chunk length (tokens per row), GRPO's
-    settings. DPO's beta varies by phase and comes to the objectives as an argument."""
+    """Static loss settings: eq. 9 SFT normalisation, log-prob chunk length (tokens per row), whether the
+    backward pass keeps the forward's logits (`losses.token_logprobs_from_hidden`: None keeps them up to
+    `losses.KEEP_LOGITS_MAX_BYTES`), GRPO's settings. DPO's beta varies by phase and comes to the objectives
+    as an argument."""
 
     sft_per_token: bool = True
     logprob_chunk_size: int = 1024
+    keep_logits: bool | None = None
     grpo: GRPOObjective = GRPOObjective()
 
 
 def token_logprobs(
-    model: Decoder, batch: dict, chunk_size: int, dropout_key=None, temperature: float = 1.0
+    model: Decoder,
+    batch: dict,
+    chunk_size: int,
+    dropout_key=None,
+    temperature: float = 1.0,
+    keep_logits: bool | None = None,
 ) -> jax.Array:
     """log pi(targets | prefix) per position, [R, L] float32, memory-lean per row; with `temperature`, of
     softmax(logits / temperature)."""
@@ -69,18 +77,23 @@ def token_logprobs(
     # `chunk_size` is per row: every chunk of the scan holds chunk_size positions of all rows at once.
     tokens_per_chunk = chunk_size * hidden_RxLxD.shape[0]
     return losses.token_logprobs_from_hidden(
-        hidden_RxLxD, unembed_DxV, batch["targets"], tokens_per_chunk, temperature=temperature
+        hidden_RxLxD,
+        unembed_DxV,
+        batch["targets"],
+        tokens_per_chunk,
+        keep_logits=keep_logits,
+        temperature=temperature,
     )
 
 
 def pair_logprobs(
-    model: Decoder, batch: dict, chunk_size: int, dropout_key=None
+    model: Decoder, batch: dict, chunk_size: int, dropout_key=None, keep_logits: bool | None = None
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(chosen, rejected) sequence log-probs [P] (eq. 2/4) and chosen action-token counts [P].
 
     Rows 2p and 2p + 1 are pair p's chosen and rejected sides (`coevo_jax.data.batching.collate_dpo`).
     """
-    token_logps_RxL = token_logprobs(model, batch, chunk_size, dropout_key)
+    token_logps_RxL = token_logprobs(model, batch, chunk_size, dropout_key, keep_logits=keep_logits)
     seq_logps_R = losses.masked_sum(token_logps_RxL, batch["loss_mask"])
     pairs_Px2 = seq_logps_R.reshape(-1, 2)
     token_counts_Px2 = jnp.sum(batch["loss_mask"].astype(jnp.float32), axis=-1).reshape(-1, 2)
@@ -98,7 +111,8 @@ def sft_objective(
     """Eq. 3/5: summed action-token NLL of the micro-batch / action tokens of the whole batch (no beta)."""
     del beta
     terms = losses.sft_terms_from_token_logprobs(
-        token_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key), batch["loss_mask"]
+        token_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key, keep_logits=cfg.keep_logits),
+        batch["loss_mask"],
     )
     return terms.nll_sum / total_tokens, {"nll_sum": terms.nll_sum, "token_count": terms.token_count}
 
@@ -126,7 +140,7 @@ def dpo_objective(
     dropout_key=None,
 ):
     """Eq. 7: DPO against cached reference log-probs, summed over valid pairs / valid pairs of the batch."""
-    chosen, rejected, _ = pair_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key)
+    chosen, rejected, _ = pair_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key, cfg.keep_logits)
     dpo = losses.dpo_loss(chosen, rejected, batch["ref_chosen_logps"], batch["ref_rejected_logps"], beta)
     sums = _pair_sums(dpo, chosen, rejected, batch["pair_mask"])
     return sums["dpo_loss_sum"] / total_pairs, sums
@@ -141,7 +155,9 @@ def coevo_objective(
     dropout_key=None,
 ):
     """Eq. 9: lambda_dpo * DPO + lambda_sft * chosen NLL per pair, summed / valid pairs of the batch."""
-    chosen, rejected, chosen_counts = pair_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key)
+    chosen, rejected, chosen_counts = pair_logprobs(
+        model, batch, cfg.logprob_chunk_size, dropout_key, cfg.keep_logits
+    )
     out = losses.coevo_loss(
         chosen,
         rejected,
@@ -189,7 +205,9 @@ def grpo_objective(
     """
     del beta
     grpo = cfg.grpo
-    logps = token_logprobs(model, batch, cfg.logprob_chunk_size, dropout_key, grpo.temperature)
+    logps = token_logprobs(
+        model, batch, cfg.logprob_chunk_size, dropout_key, grpo.temperature, cfg.keep_logits
+    )
     loss, metrics = losses.grpo_loss(
         logps,
         batch["old_logps"],
