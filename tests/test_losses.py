@@ -196,8 +196,12 @@ def test_gradient_of_logprobs_is_zero_off_the_mask():
     assert np.all(off_mask == 0.0), f"seed={seed}"
 
 
+@pytest.mark.parametrize("keep_bound", [0, losses.KEEP_LOGITS_MAX_BYTES], ids=["recomputed", "kept"])
 @pytest.mark.parametrize("chunk_size", [1, 5, 64])
-def test_chunked_logprobs_from_hidden_equal_unchunked(chunk_size):
+def test_chunked_logprobs_from_hidden_equal_unchunked(chunk_size, keep_bound, monkeypatch):
+    """With no logits kept (bound 0) the chunks are real; with the default bound these small logits are kept
+    and computed in one chunk whatever `chunk_size`."""
+    monkeypatch.setattr(losses, "KEEP_LOGITS_MAX_BYTES", keep_bound)
     rng, seed = fresh_rng()
     batch, length, hidden, vocab = 3, 9, 8, 13
     hidden_states = rng.standard_normal((batch, length, hidden)).astype(np.float32)

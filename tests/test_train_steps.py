@@ -3,6 +3,8 @@
 All on the tiny model and 8 fake CPU devices, float32 throughout.
 """
 
+import dataclasses
+
 import jax
 import numpy as np
 import optax
@@ -156,6 +158,17 @@ def test_remat_gives_the_same_update(single_device_results):
     remat_cfg = TINY.replace(dtype="float32", remat=True)
     _, shardings, steps, _, rules = setup(mesh, model_cfg=remat_cfg, return_grads=True)
     _assert_same_update(_run_all(mesh, steps, shardings, rules, kinds=()), single_device_results)
+
+
+def test_logits_recomputed_chunk_by_chunk_give_the_same_update_on_a_sharded_mesh(single_device_results):
+    """`keep_logits=False`, the path of batches above `losses.KEEP_LOGITS_MAX_BYTES`: the log-probs run in
+    chunks of 16 positions and the backward recomputes each chunk's logits, here under cube2's sharding; the
+    update is the single-device one with the (small) logits kept in one chunk."""
+    mesh = mesh_of(MESHES["cube2"])
+    _, shardings, steps, _, rules = setup(
+        mesh, obj=dataclasses.replace(OBJ, keep_logits=False), return_grads=True
+    )
+    _assert_same_update(_run_all(mesh, steps, shardings, rules), single_device_results)
 
 
 def test_fused_attention_dispatch_gives_the_same_update_on_a_sharded_mesh(monkeypatch, single_device_results):
