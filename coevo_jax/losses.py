@@ -147,15 +147,14 @@ def coevo_loss(
     lambda_sft: jax.Array,
     beta: float | jax.Array,
     pair_mask: jax.Array | None = None,
-    sft_per_token: bool = True,
+    sft_per_token: bool = False,
 ) -> CoevoLossOutput:
     """Eq. 9: weighted DPO plus auxiliary SFT on the chosen trajectory, per pair.
 
     lambda_dpo/lambda_sft [B] are per-pair weights: (0.5, 0.5) for pairs with an expert side, (1.0, 0.0) for
-    failure-failure pairs. The SFT term is -log pi(e_chosen|u); with `sft_per_token` (default) it is divided
-    by the chosen trajectory's action-token count so it is on the scale of eq. 3/5 and of the DPO term (as
-    in RPO-style auxiliary NLL); `sft_per_token=False` uses the literal sequence sum of eq. 9. `pair_mask` [B]
-    marks real pairs (1) against batch padding (0).
+    failure-failure pairs. The SFT term is eq. 9's -log pi(e_chosen|u), the sum over the chosen side's action
+    tokens; `sft_per_token=True` divides it by that token count (an RPO-style per-token NLL, ~1/130 of the
+    paper's anchor on the built-in experts). `pair_mask` [B] marks real pairs (1) against batch padding (0).
     """
     dpo = dpo_loss(
         policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps, beta

@@ -23,7 +23,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ml_collections import ConfigDict  # noqa: E402
 from sql_smollm2 import smollm2_config  # noqa: E402
 
 
@@ -44,7 +43,6 @@ def get_config():
     config.length_buckets = (512, 768, 1024, 1280, 1536, 2048, 2560)  # experts: 1,833 tokens, p90 2,317
     config.rollout.cache_len = 3072
 
-    config.grpo = ConfigDict()
     config.grpo.learning_rate = 1e-5
     config.grpo.samples_per_task = 4
     config.grpo.tasks_per_step = 4
@@ -55,6 +53,5 @@ def get_config():
     config.grpo.temperature = 0.9
     config.grpo.drop_equal_groups = True
 
-    config.coevolve = ConfigDict()
     config.coevolve.every_steps = 1  # a round after the first step, so the second can draw pool tasks
     return config

@@ -1,16 +1,13 @@
 """The paper's comparison on the built-in environment: SFT, RFT, ETO, co-evolving agents and its two ablations
-(positive agent, frozen failure agent), 3 iterations. One seed takes 27 min wall, 2,670 CPU-seconds and 2.8 GB
-on a 2-core AMD EPYC (seed 0, alone; bench/README.md).
+(positive agent, frozen failure agent), 3 iterations, on the whole 200-task test_seen and test_unseen splits.
 
-Every method gets the same budget per iteration: ETO and RFT play each explored task twice, as many episodes
-as co-evolution's two agents play together (`match_exploration`), and every DPO phase runs the same number of
-optimizer updates whatever its pair count (`dpo.updates_per_phase`). Evaluation covers the whole test_seen and
-test_unseen splits. The policy, SFT recipe and sampling are the quickstart's (chosen on the dev splits).
-Run three seeds, then the mean ± std table:
+Training is the paper's (the quickstart's policy and recipes): every preference phase passes 3 epochs over its
+own pairs, eq. 9's SFT term as written. ETO and RFT explore each task twice, as many episodes as
+co-evolution's two agents play together (`match_exploration`). Five seeds, then the paired table:
 
-    for s in 0 1 2; do python -m coevo_jax.main --config=configs/builtin_study.py --config.seed=$s \\
+    for s in 0 1 2 3 4; do python -m coevo_jax.main --config=configs/builtin_study.py --config.seed=$s \\
         --workdir=workdir_study_$s; done
-    python -m coevo_jax.experiment.report workdir_study_0 workdir_study_1 workdir_study_2 --figures docs/study
+    python -m coevo_jax.experiment.report workdir_study_{0,1,2,3,4} --figures docs/study
 """
 
 import os

@@ -32,7 +32,6 @@ def get_config() -> ConfigDict:
     config.iterations = 2
     config.grpo.tasks_per_step = 8
 
-    config.coevolve = ConfigDict()
     config.coevolve.every_steps = 5
     config.coevolve.signals = ("forgetting", "boundary", "rare")
     config.coevolve.max_signals = 12

@@ -15,6 +15,8 @@ docs/memory_plan.md.
 
 from ml_collections import ConfigDict
 
+from coevo_jax.experiment.config import default_config
+
 ENVIRONMENTS = {
     "webshop": {"name": "webshop", "iterations": 3, "kwargs": {}},
     "sciworld": {"name": "sciworld", "iterations": 3, "kwargs": {"java_max_heap": "1g"}},
@@ -27,7 +29,7 @@ def paper_config(env: str, model_source: str) -> ConfigDict:
     if env not in ENVIRONMENTS:
         raise ValueError(f"unknown environment {env!r}; use one of {sorted(ENVIRONMENTS)}")
     spec = ENVIRONMENTS[env]
-    config = ConfigDict()
+    config = default_config()
     config.seed = 0
     config.methods = ("sft", "rft", "eto", "coevo")
     config.iterations = spec["iterations"]
@@ -39,12 +41,10 @@ def paper_config(env: str, model_source: str) -> ConfigDict:
     config.mesh_axes = (("data", 1), ("fsdp", -1), ("tensor", 1))
     config.num_microbatches = 8  # one row of 4096 tokens per device on 8 GPUs (docs/memory_plan.md)
 
-    config.env = ConfigDict()
     config.env.name = spec["name"]
     config.env.kwargs = ConfigDict(spec["kwargs"])
     config.env.experts_path = ""
 
-    config.model = ConfigDict()
     config.model.source = model_source
     config.model.compute_dtype = "bfloat16"
     config.model.param_dtype = "float32"
@@ -55,19 +55,16 @@ def paper_config(env: str, model_source: str) -> ConfigDict:
     config.model.lora_dropout = 0.0
     config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
 
-    config.sft = ConfigDict()
     config.sft.epochs = 3
     config.sft.learning_rate = 2e-5
     config.sft.warmup_ratio = 0.03
     config.sft.batch_size = 64
 
-    config.dpo = ConfigDict()
     config.dpo.epochs = 3
     config.dpo.pairs_per_batch = 32
     config.dpo.learning_rates = (1e-6,)
     config.dpo.betas = (0.1,)
 
-    config.rollout = ConfigDict()
     config.rollout.temperature = 1.0
     config.rollout.max_new_tokens = 256
     config.rollout.cache_len = 4096

@@ -14,10 +14,12 @@ the updates.
 
 from ml_collections import ConfigDict
 
+from coevo_jax.experiment.config import default_config
+
 
 def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: int) -> ConfigDict:
     """The CPU-sized SmolLM2-135M-Instruct settings shared by the SQL and ScienceWorld configs."""
-    config = ConfigDict()
+    config = default_config()
     config.seed = 0
     config.methods = ("sft", "rft", "eto", "coevo")
     config.iterations = 1
@@ -32,14 +34,12 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.log_every_steps = 5
     config.show_progress = True
 
-    config.env = ConfigDict()
     config.env.name = env_name
     config.env.kwargs = ConfigDict(env_kwargs)
     config.env.expert_tasks = expert_tasks
     config.env.explore_tasks = 32
     config.env.eval_tasks = 32
 
-    config.model = ConfigDict()
     config.model.source = "smollm2"
     config.model.compute_dtype = "bfloat16"
     config.model.sample_dtype = "float32"
@@ -49,13 +49,11 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.model.lora_dropout = 0.0
     config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
 
-    config.sft = ConfigDict()
     config.sft.epochs = 2
     config.sft.learning_rate = 1e-4
     config.sft.batch_size = 4
     config.sft.rft_epochs = 1
 
-    config.dpo = ConfigDict()
     config.dpo.epochs = 1
     config.dpo.updates_per_phase = 6
     config.dpo.pairs_per_batch = 4
@@ -63,7 +61,6 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.dpo.betas = (0.1,)
     config.dpo.max_pairs_per_task = 2
 
-    config.rollout = ConfigDict()
     config.rollout.temperature = 0.7
     config.rollout.max_new_tokens = 96
     config.rollout.cache_len = 2048

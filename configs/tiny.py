@@ -17,13 +17,15 @@ test or a user can override them with `--config.x=y` on this locked config.
 
 from ml_collections import ConfigDict, config_dict
 
+from coevo_jax.experiment.config import default_config
+
 VARIANTS = ("", "drill")
 
 
 def get_config(variant: str = "") -> ConfigDict:
     if variant not in VARIANTS:
         raise ValueError(f"configs/tiny.py: unknown variant {variant!r}; one of {VARIANTS}")
-    config = ConfigDict()
+    config = default_config()
     config.seed = 0
     config.methods = ("sft", "eto", "coevo")
     config.iterations = 1
@@ -33,7 +35,6 @@ def get_config(variant: str = "") -> ConfigDict:
     config.log_every_steps = 1
     config.show_progress = False
 
-    config.env = ConfigDict()
     config.env.name = "builtin"
     config.env.kwargs = ConfigDict(
         {
@@ -48,7 +49,6 @@ def get_config(variant: str = "") -> ConfigDict:
     config.env.eval_splits = ("test_seen", "test_unseen")
     config.env.explore_tasks = 8
 
-    config.model = ConfigDict()
     config.model.source = "scratch"
     config.model.vocab_size = 300
     config.model.hidden_size = 32
@@ -65,12 +65,10 @@ def get_config(variant: str = "") -> ConfigDict:
     config.model.lora_dropout = 0.0
     config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
 
-    config.sft = ConfigDict()
     config.sft.epochs = 2
     config.sft.learning_rate = 3e-3
     config.sft.batch_size = 8
 
-    config.dpo = ConfigDict()
     config.dpo.epochs = 2
     config.dpo.pairs_per_batch = 8
     config.dpo.learning_rates = (1e-3,)
@@ -78,7 +76,6 @@ def get_config(variant: str = "") -> ConfigDict:
     config.dpo.max_pairs_per_task = config_dict.placeholder(int)
     config.dpo.updates_per_phase = 5 if variant == "drill" else config_dict.placeholder(int)
 
-    config.grpo = ConfigDict()  # `grpo` in methods: 2 GRPO steps per iteration of 4 tasks x 4 samples
     config.grpo.learning_rate = 1e-4
     config.grpo.samples_per_task = 4
     config.grpo.tasks_per_step = 4
@@ -89,7 +86,6 @@ def get_config(variant: str = "") -> ConfigDict:
     config.grpo.temperature = 0.9
     config.grpo.drop_equal_groups = False
 
-    config.coevolve = ConfigDict()  # the CoEvolve methods: a round after every GRPO step, 4 signals x 1 run
     config.coevolve.every_steps = 1
     config.coevolve.signals = ("forgetting", "boundary", "rare")
     config.coevolve.window = 3
@@ -102,7 +98,6 @@ def get_config(variant: str = "") -> ConfigDict:
     config.coevolve.verify = True
     config.coevolve.guided = True
 
-    config.rollout = ConfigDict()
     config.rollout.temperature = 1.0
     config.rollout.max_new_tokens = 16
     config.rollout.cache_len = 2048

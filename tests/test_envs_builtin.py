@@ -48,7 +48,7 @@ def random_episode(env, task_id, rng):
 
 def test_splits_sizes_and_unknown_names(env):
     assert env.splits() == SPLITS
-    assert [len(env.tasks(split)) for split in SPLITS] == [300, 50, 50, 50, 50]
+    assert [len(env.tasks(split)) for split in SPLITS] == [300, 100, 100, 200, 200]
     with pytest.raises(ValueError, match="validation"):
         env.tasks("validation")
     with pytest.raises(ValueError, match="heat/9999"):
@@ -133,7 +133,7 @@ def test_unseen_families_are_new_and_seen_splits_are_disjoint_instances(env):
     assert not set(SEEN_FAMILIES) & set(UNSEEN_FAMILIES)
     layouts = {split: {env.task(t).layout for t in env.tasks(split)} for split in SPLITS}
     assert {split: len(found) for split, found in layouts.items()} == dict(
-        zip(SPLITS, [300, 50, 50, 50, 50], strict=True)
+        zip(SPLITS, [300, 100, 100, 200, 200], strict=True)
     )
     for first, second in [("train", "dev"), ("train", "test_seen"), ("dev", "test_seen")]:
         assert not layouts[first] & layouts[second], (first, second)
@@ -159,11 +159,14 @@ def test_invalid_actions_get_feedback_and_leave_the_score(env):
     ]:
         observation, score, done, info = env.step(action)
         assert (observation, score, done, info["valid"]) == (feedback, score_before, False, False)
+    assert env.episode_metrics() == {"invalid_actions": 4.0}  # the expert's two steps were valid
     env.step("go to kitchen")
     env.step("activate stove")
     assert env.step("activate stove")[0] == "The stove is already on."
     assert env.step("pick up stove")[0] == "The stove cannot be picked up."
     assert env.step("mix stove")[0] == "You can only mix things in the bowl."
+    env.reset(task_id)
+    assert env.episode_metrics() == {"invalid_actions": 0.0}
 
 
 def test_stepping_outside_an_episode_raises():
@@ -179,7 +182,7 @@ def test_stepping_outside_an_episode_raises():
 
 def test_expert_trajectories_carry_thoughts_and_round_trip(env, tmp_path):
     trajectories = env.expert_trajectories("test_unseen")
-    assert len(trajectories) == 50 and all(t.reward == 1.0 and t.env == "builtin" for t in trajectories)
+    assert len(trajectories) == 200 and all(t.reward == 1.0 and t.env == "builtin" for t in trajectories)
     for trajectory in trajectories:
         replies = [m.content for m in trajectory.messages[trajectory.prompt_len :] if m.role == ASSISTANT]
         assert replies and all(r.startswith("Thought: ") and "\nAction: " in r for r in replies)

@@ -24,6 +24,7 @@ from coevo_jax.experiment.config import (
     ExperimentConfig,
     GRPOConfig,
     RolloutSpec,
+    default_config,
 )
 from coevo_jax.experiment.experts import generate_experts
 from coevo_jax.experiment.finished_run import open_run
@@ -81,10 +82,52 @@ def test_every_config_file_builds_an_experiment_config(name, arg):
     assert ExperimentConfig.from_mapping(experiment.to_json()) == experiment
     if name == "builtin_study":  # the paper's Table 1 and ablations, one budget for every method
         assert experiment.methods == PAPER_METHODS and experiment.match_exploration
-        assert experiment.dpo.updates_per_phase and experiment.env.eval_tasks is None
+        assert experiment.dpo.updates_per_phase is None and experiment.dpo.epochs == 3  # the paper's phases
+        assert experiment.env.eval_tasks is None and not experiment.sft_per_token
     if name.startswith("paper"):
         assert experiment.sft.learning_rate == 2e-5 and experiment.sft.epochs == 3
         assert experiment.dpo.betas == (0.1,) and experiment.iterations == (5 if arg == "sql" else 3)
+
+
+def _field_names(config, prefix=""):
+    names = set()
+    for key, value in config.items():
+        if hasattr(value, "items") and key != "kwargs":
+            names |= _field_names(value, f"{prefix}{key}.")
+        else:
+            names.add(prefix + key)
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.py")))
+def test_every_config_file_has_every_field_so_any_can_be_overridden(name):
+    config = _load_config_module(CONFIGS / f"{name}.py").get_config()
+    assert _field_names(default_config()) == _field_names(config)
+
+
+def test_a_field_no_config_file_sets_is_overridden_on_the_command_line():
+    from absl import flags
+    from ml_collections import config_flags
+
+    unset = {"sft_per_token", "dpo.warmup_steps", "grpo.clip_low", "keep_logits"}
+    for path in CONFIGS.glob("*.py"):  # none of the files sets these (the test would prove nothing)
+        text = path.read_text()
+        assert not any(f"config.{field} =" in text for field in unset), path
+    argv = [
+        "main",
+        f"--config={CONFIGS / 'quickstart.py'}",
+        "--config.sft_per_token=True",
+        "--config.dpo.warmup_steps=4",
+        "--config.grpo.clip_low=0.1",
+        "--config.keep_logits=False",
+    ]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True, sys_argv=argv)
+    values(argv)
+    experiment = ExperimentConfig.from_mapping(values.config)
+    assert experiment.sft_per_token and experiment.dpo.warmup_steps == 4
+    assert experiment.grpo.clip_low == 0.1 and experiment.keep_logits is False  # a typed placeholder
+    assert ExperimentConfig.from_mapping(default_config()) == ExperimentConfig()
 
 
 def test_config_errors_name_the_group_and_field():
@@ -241,6 +284,31 @@ def test_dpo_phase_starts_at_log2_and_moves_the_policy(tiny_setup, tmp_path):
         float(np.max(np.abs(a - b))) > 0
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(new), strict=True)
     )
+
+
+@pytest.mark.parametrize("num_pairs, epochs", [(43, 3), (16, 3), (5, 1), (90, 2)])
+def test_a_dpo_phase_trains_its_epochs_over_every_pair(num_pairs, epochs):
+    """The paper's scheme: `epochs` full passes, so the update count grows with the pair count."""
+    rng = np.random.default_rng(fresh_seed())
+    lengths = rng.integers(100, 1000, num_pairs).tolist()
+    buckets, per_batch = (512, 1024), 8
+    plans, total = phases.dpo_phase_plans(lengths, per_batch, buckets, epochs=epochs, updates=None, seed=3)
+    short = sum(n <= 512 for n in lengths)
+    per_epoch = -(-short // per_batch) + -(-(num_pairs - short) // per_batch)
+    assert total == epochs * per_epoch and len(plans) == epochs
+    for plan in plans:
+        seen = sorted(i for _, idx in plan for i in idx)
+        assert seen == list(range(num_pairs))  # each pair once an epoch
+        assert all(len(idx) <= per_batch and all(lengths[i] <= b for i in idx) for b, idx in plan)
+    assert plans[0] != plans[1 % epochs] or epochs == 1  # a fresh shuffle each epoch
+
+
+def test_a_dpo_phase_with_fixed_updates_cycles_its_pairs():
+    lengths = [300] * 20  # one bucket, 3 batches an epoch
+    plans, total = phases.dpo_phase_plans(lengths, 8, (512,), epochs=3, updates=7, seed=0)
+    assert total == 7 and len(plans) == 3  # 3 + 3 + the third epoch's first batch
+    with pytest.raises(ValueError, match="dpo.epochs"):
+        phases.dpo_phase_plans(lengths, 8, (512,), epochs=0, updates=None, seed=0)
 
 
 @pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min

@@ -32,6 +32,7 @@ from coevo_jax.experiment.tables import (
     details_markdown,
     grpo_details_markdown,
     table_markdown,
+    table_markdown_contrasts,
     table_markdown_mean_std,
     table_markdown_paired,
 )
@@ -281,11 +282,13 @@ def test_cli_several_workdirs_print_mean_std_and_write_out(tmp_path):
     out = tmp_path / "mean.md"
     proc = run_cli(tmp_path / "0", tmp_path / "1", "--out", out)
     assert proc.returncode == 0, proc.stderr
-    expected = table_markdown_mean_std(runs) + "\n" + table_markdown_paired(runs, "SFT")
+    contrasts = "\n" + table_markdown_contrasts(runs)
+    expected = table_markdown_mean_std(runs) + "\n" + table_markdown_paired(runs, "SFT") + contrasts
     assert proc.stdout == out.read_text() == expected
+    assert "| ETO − SFT | Seen |" in expected and "CoEvolving − ETO" in expected
     proc = run_cli(tmp_path / "0", tmp_path / "1", "--baseline", "Zero-shot")  # not a method: no paired table
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == table_markdown_mean_std(runs)
+    assert proc.stdout == table_markdown_mean_std(runs) + contrasts
 
 
 def test_cli_missing_or_malformed_results_exit_2_naming_the_file(tmp_path):

@@ -139,6 +139,19 @@ def test_coevo_loss_matches_eq9_reference():
         assert float(out.pair_count) == pair_mask.sum()
 
 
+def test_coevo_loss_default_is_eq9_sequence_sum():
+    """Eq. 9's SFT term by default is -lambda_sft * log pi(e+|u) summed over the action tokens, not per token."""
+    rng, seed = fresh_rng()
+    b = 6
+    pc, pr, rc, rr = ((rng.standard_normal(b) * 10 - 60).astype(np.float32) for _ in range(4))
+    counts = rng.integers(20, 200, b).astype(np.float32)
+    lam = np.full(b, 0.5, np.float32)
+    ref_dpo_loss, _, _ = ref_dpo(*(x.astype(np.float64) for x in (pc, pr, rc, rr)), 0.1)
+    out = losses.coevo_loss(pc, pr, rc, rr, counts, lam, lam, 0.1)
+    assert_close(out.per_pair, 0.5 * ref_dpo_loss - 0.5 * pc.astype(np.float64), seed, atol=1e-5)
+    assert_close(out.sft_nll, -pc.astype(np.float64), seed, atol=1e-5)
+
+
 def test_coevo_loss_failure_pairs_reduce_to_dpo():
     rng, seed = fresh_rng()
     pc, pr, rc, rr = ((rng.standard_normal(5) * 10).astype(np.float32) for _ in range(4))

@@ -51,7 +51,8 @@ def test_the_splits_play_in_one_call_and_each_gets_its_own_file_and_summary(eval
     for split, tasks in EVAL_TASKS.items():
         episodes = read_trajectories(store.path(stages.eval_file("sft_target", split)))
         assert [t.task_id for t in episodes] == tasks
-        assert out[split] == rollouts.summarize(episodes)
+        assert out[split] == rollouts.summarize_eval(episodes)
+        assert out[split]["task_rewards"] == {t.task_id: t.reward for t in episodes}
     assert out["test_seen"]["avg_reward"] == pytest.approx(0.5)
     assert out["test_unseen"]["avg_reward"] == pytest.approx(1.75 / 3)
     assert not os.path.exists(store.path(stages.joint_eval_file("sft_target")))

@@ -34,6 +34,7 @@ from coevo_jax.train.state import TrainState
 from coevo_jax.train.steps import accumulate_gradients, pair_normaliser
 
 GRAD_TOL = dict(rtol=1e-5, atol=1e-6)
+GRAD_SCALE_TOL = 2e-5  # of the step's largest gradient
 # Adam's first update is lr * g / (|g| + eps): for |g| near eps = 1e-8, float32 round-off in the gradient
 # (which GRAD_TOL checks directly) moves a parameter by up to ~lr * 1e-2 = 1e-5 (1.1e-5 seen with the
 # block-wise attention on fsdp4_tensor2), hence an absolute tolerance of 2e-5 on updated parameters.
@@ -50,7 +51,11 @@ def _assert_same_update(results, expected_results):
     for kind, (params, metrics) in results.items():
         expected_params, expected_metrics = expected_results[kind]
         np.testing.assert_allclose(metrics["loss"], expected_metrics["loss"], rtol=1e-5, err_msg=kind.value)
-        _assert_trees_close(metrics["grads"], expected_metrics["grads"], **GRAD_TOL, err_msg=kind.value)
+        # float32 sums of differently sharded partial products: the error scales with the largest gradient
+        # (eq. 9's sequence-sum SFT term makes the coevo step's ~100x the others')
+        scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(expected_metrics["grads"]))
+        tol = {**GRAD_TOL, "atol": max(GRAD_TOL["atol"], GRAD_SCALE_TOL * scale)}
+        _assert_trees_close(metrics["grads"], expected_metrics["grads"], **tol, err_msg=kind.value)
         _assert_trees_close(params, expected_params, **PARAM_TOL, err_msg=kind.value)
 
 

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
 from collections.abc import Mapping
 from typing import Any
+
+from ml_collections import ConfigDict, config_dict
 
 from coevo_jax.coevolve.config import ABLATIONS, CoEvolveConfig
 from coevo_jax.data.batching import power_of_two_buckets
@@ -218,7 +222,7 @@ class ExperimentConfig:
     min_bucket: int = 128
     length_buckets: tuple[int, ...] = ()  # training batch lengths; () = powers of two, min_bucket..max_length
     num_microbatches: int = 1
-    sft_per_token: bool = True
+    sft_per_token: bool = False  # eq. 9's SFT term as written (sequence sum); True divides it by its tokens
     # The backward pass keeps the forward's [tokens, vocabulary] float32 logits instead of computing them
     # again (one product of the unembedding fewer per step): None up to losses.KEEP_LOGITS_MAX_BYTES (512 MiB),
     # True at any size (an accelerator with memory to spare), False never.
@@ -298,3 +302,36 @@ def _tuples(fields: Mapping[str, Any]) -> dict[str, Any]:
             value = tuple(tuple(pair) for pair in value)
         out[key] = value
     return out
+
+
+def default_config() -> ConfigDict:
+    """Every field of `ExperimentConfig` at its default, as the ConfigDict a config file starts from and edits.
+
+    A locked config accepts command-line overrides only of fields it has (`--config.dpo.warmup_steps=5`), so
+    starting from all of them makes every field overridable, whatever a file sets. A field whose default is
+    None is a placeholder of its type, so it can be overridden too."""
+    return _config_dict(ExperimentConfig())
+
+
+def _config_dict(instance) -> ConfigDict:
+    hints = typing.get_type_hints(type(instance))
+    out = ConfigDict()
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        if dataclasses.is_dataclass(value):
+            out[field.name] = _config_dict(value)
+        elif field.name == "kwargs":
+            out[field.name] = ConfigDict(dict(value))
+        elif value is None:
+            out[field.name] = config_dict.placeholder(_non_none(hints[field.name]))
+        else:
+            out[field.name] = value
+    return out
+
+
+def _non_none(hint):
+    """`int` of `int | None`."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        (kind,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return typing.get_origin(kind) or kind
+    return hint

@@ -135,11 +135,10 @@ def dpo_phase(
     pad = setup.tokenizer.pad_token_id
     lengths = [len(p) for p in tokenized]
     spec = PhaseSpec(name, kind, dpo_config(learning_rate, cfg.dpo.warmup_steps), beta, cfg.dpo.epochs, seed)
-    steps_per_epoch = len(plan_batches(lengths, per_batch, buckets, seed=0))
-    total = cfg.dpo.updates_per_phase or cfg.dpo.epochs * steps_per_epoch
-    epochs = -(-total // steps_per_epoch)
-
-    plans = [plan_batches(lengths, per_batch, buckets, seed=seed * 1000 + e) for e in range(epochs)]
+    plans, total = dpo_phase_plans(
+        lengths, per_batch, buckets, epochs=cfg.dpo.epochs, updates=cfg.dpo.updates_per_phase, seed=seed
+    )
+    steps_per_epoch, epochs = len(plans[0]), len(plans)
     # only the pairs the phase's `total` updates will see need reference log-probs
     trained = [idx for plan in plans for _, idx in plan][:total]
     used = sorted({i for idx in trained for i in idx})
@@ -161,6 +160,30 @@ def dpo_phase(
     spec = dataclasses.replace(spec, epochs=epochs)
     params, summary = _train(setup, store, spec, params, epoch_batches, steps_per_epoch, total)
     return params, {**summary, "pairs": len(tokenized), "fit": fit.to_dict()}
+
+
+def dpo_phase_plans(
+    lengths: Sequence[int],
+    pairs_per_batch: int,
+    buckets: Sequence[int],
+    *,
+    epochs: int,
+    updates: int | None,
+    seed: int,
+) -> tuple[list[list[tuple[int, tuple[int, ...]]]], int]:
+    """The batches of each epoch a preference phase walks over its pairs (lengths in tokens), and its update
+    count: `epochs` full passes, the paper's scheme (a larger pair set gets proportionally more updates), or,
+    with `updates`, exactly that many (pairs cycled in fresh epochs, the last one cut short) for ablations
+    that give every method the same number of updates."""
+    if epochs < 1 and not updates:
+        raise ValueError(f"dpo.epochs must be >= 1 (or dpo.updates_per_phase set), got {epochs}")
+    steps_per_epoch = len(plan_batches(lengths, pairs_per_batch, buckets, seed=0))
+    total = updates or epochs * steps_per_epoch
+    plans = [
+        plan_batches(lengths, pairs_per_batch, buckets, seed=seed * 1000 + e)
+        for e in range(-(-total // steps_per_epoch))
+    ]
+    return plans, total
 
 
 def _reference_logps(

@@ -4,7 +4,8 @@ CoEvolve's pool make-up (PNG) when a CoEvolve method ran.
 One workdir: rewrites its table.md, reward_curves.png, failure_analysis.png and pool_makeup.png
 (`write_reports`) and prints Table 1. Several workdirs (seeds of one study): prints Table 1 as mean ± std over
 them, then each method's difference from the baseline method (`--baseline`, SFT by default) in the same seed
-as mean ± std, and with --figures DIR writes Figures 2 and 3 (mean ± std) and details.md into DIR
+as mean ± std, then the study's contrasts (ETO − SFT, CoEvolving − ETO, CoEvolving − frozen, CoEvolving −
+positive, RFT − SFT) per seed with 95 % t-intervals and the tasks each moved up / down, and with --figures DIR writes Figures 2 and 3 (mean ± std) and details.md into DIR
 (`write_study_reports`). A
 WORKDIR argument may also name a results file itself. Every file is written atomically.
 
@@ -33,6 +34,7 @@ from coevo_jax.experiment.results import RESULTS_FILE, coevolve_rounds, load_res
 from coevo_jax.experiment.tables import (
     details_markdown,
     table_markdown,
+    table_markdown_contrasts,
     table_markdown_mean_std,
     table_markdown_paired,
 )
@@ -111,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             table = table_markdown_mean_std(runs, names=names)
             if args.baseline in runs[0]["methods"]:
                 table += "\n" + table_markdown_paired(runs, args.baseline, names=names)
+            table += "\n" + table_markdown_contrasts(runs)
             if args.figures:
                 written = write_study_reports(runs, args.figures)
                 print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)

@@ -62,8 +62,9 @@ def _ended_at_context_limit(trajectory: Trajectory) -> bool:
 
 
 def summarize(trajectories: Sequence[Trajectory], success_threshold: float = 1.0) -> dict:
-    """Episodes, average reward, success rate, the failures' count and average reward, and the mean of each
-    of the environment's episode metrics (`metrics`, present when the episodes have any)."""
+    """Episodes, average reward, success rate, the failures' count and average reward, replies with no
+    parsable action (`invalid_format`), and the mean of each of the environment's episode metrics
+    (`metrics`, present when the episodes have any)."""
     rewards = [t.reward for t in trajectories]
     failures = [r for r in rewards if r < success_threshold]
     reasons: dict[str, int] = {}
@@ -82,9 +83,16 @@ def summarize(trajectories: Sequence[Trajectory], success_threshold: float = 1.0
         "failures": len(failures),
         "failure_avg_reward": sum(failures) / len(failures) if failures else None,
         "unusable": sum(not is_usable(t) for t in trajectories),
+        "invalid_format": sum(int(t.extra.get("invalid_format", 0)) for t in trajectories),
         "terminations": reasons,
         **({"metrics": {k: sum(v) / len(v) for k, v in measured.items()}} if measured else {}),
     }
+
+
+def summarize_eval(trajectories: Sequence[Trajectory]) -> dict:
+    """`summarize` of an evaluation (one greedy episode per task), with each task's reward (`task_rewards`,
+    in split order) so that two policies' decisions can be compared task by task."""
+    return {**summarize(trajectories), "task_rewards": {t.task_id: round(t.reward, 6) for t in trajectories}}
 
 
 def play(

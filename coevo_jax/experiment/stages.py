@@ -193,7 +193,7 @@ class Stages:
         out = {}
         for split, task_ids in self.eval_tasks.items():
             out[split] = self.store.stage(
-                names[split], lambda ids=task_ids: rollouts.summarize([by_task[task] for task in ids])
+                names[split], lambda ids=task_ids: rollouts.summarize_eval([by_task[task] for task in ids])
             )
         if pending:
             processes.on_primary(f"remove {joint}", lambda: os.path.exists(joint) and os.remove(joint))

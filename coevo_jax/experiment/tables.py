@@ -5,6 +5,8 @@
 * `table_markdown_mean_std`: the same table as "mean ± std" over several seeds (`results.aggregate_runs`).
 * `table_markdown_paired`: each method minus a baseline method in the same run, mean ± std over seeds
   (`results.paired_differences`).
+* `table_markdown_contrasts`: the study's contrasts (ETO − SFT, CoEvolving − ETO, ...) per seed with the
+  mean's 95 % t-interval and the tasks whose greedy reward went up / down (`paired.paired_contrasts`).
 * `details_markdown`: per method, iteration and agent, the counts behind the table (failures on the tasks
   SFT failed, pairs by kind, hard negatives, DPO accuracy and margin, context cut-offs); for GRPO-trained
   methods their steps (sampled reward, all-equal groups, KL, clipping) and CoEvolve rounds (signals by kind,
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from coevo_jax.experiment.paired import DEFAULT_CONTRASTS, paired_contrasts
 from coevo_jax.experiment.results import (
     agent_label,
     aggregate_runs,
@@ -108,6 +111,55 @@ def table_markdown_paired(
     title = f"### Differences from {_escape(baseline)} in the same run, mean ± std over {count} seed{'s' * (count != 1)}"
     note = "Each cell: the method's Table-1 cell minus the baseline's of the same seed (points)."
     return f"{title}\n\n{note}\n\n{_markdown(['Method', *(header for header, _ in columns)], rows)}\n"
+
+
+def _interval(stat: Mapping) -> str:
+    if stat["low"] is None:
+        return f"{stat['mean']:+.1f}"
+    return f"{stat['mean']:+.1f} [{stat['low']:+.1f}, {stat['high']:+.1f}]"
+
+
+def _changes(changes: Sequence[Mapping | None]) -> str:
+    if any(c is None for c in changes):
+        return MISSING
+    return ", ".join(f"{c['up']}/{c['down']}" for c in changes)
+
+
+def table_markdown_contrasts(
+    runs: Sequence[Mapping], contrasts: Sequence[tuple[str, str]] = DEFAULT_CONTRASTS
+) -> str:
+    """The study's paired contrasts: per split, the method's reward minus the baseline's in each seed, the
+    mean difference of reward and of success rate with its 95 % Student-t interval over the seeds, and per
+    seed the tasks whose greedy reward went up / down against the baseline's."""
+    rows = []
+    for contrast in paired_contrasts(runs, contrasts):
+        for split, cell in contrast["splits"].items():
+            rows.append(
+                [
+                    _escape(f"{contrast['method']} − {contrast['baseline']}"),
+                    split_label(split),
+                    ", ".join(f"{v:+.1f}" for v in cell["reward"]["per_seed"]),
+                    _interval(cell["reward"]),
+                    _interval(cell["success"]),
+                    _changes(cell["changes"]),
+                ]
+            )
+    count = len(runs)
+    title = f"### Paired differences over {count} seed{'s' * (count != 1)} (method − baseline, same seed)"
+    note = (
+        "Reward ×100 and success rate (points) at the last iteration; the mean's 95 % Student-t interval "
+        "over the seeds in brackets; tasks up / down: per seed, the tasks whose greedy reward beat / fell "
+        "below the baseline's."
+    )
+    headers = [
+        "Contrast",
+        "Split",
+        "Δ reward per seed",
+        "Δ reward [95 % CI]",
+        "Δ SR [95 % CI]",
+        "Tasks up / down",
+    ]
+    return f"{title}\n\n{note}\n\n{_markdown(headers, rows)}\n"
 
 
 GRPO_HEADERS = (

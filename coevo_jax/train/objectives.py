@@ -56,7 +56,7 @@ class ObjectiveConfig:
     `losses.KEEP_LOGITS_MAX_BYTES`), GRPO's settings. DPO's beta varies by phase and comes to the objectives
     as an argument."""
 
-    sft_per_token: bool = True
+    sft_per_token: bool = False
     logprob_chunk_size: int = 1024
     keep_logits: bool | None = None
     grpo: GRPOObjective = GRPOObjective()

@@ -56,10 +56,10 @@ class BuiltinEnv(Environment):
         self,
         seed: int = 0,
         num_train: int = 300,
-        num_test_seen: int = 50,
-        num_test_unseen: int = 50,
-        num_dev: int = 50,
-        num_dev_unseen: int = 50,
+        num_test_seen: int = 200,
+        num_test_unseen: int = 200,
+        num_dev: int = 100,
+        num_dev_unseen: int = 100,
         budget_per_expert_step: int = 2,
         budget_extra_steps: int = 5,
     ):
@@ -84,6 +84,7 @@ class BuiltinEnv(Environment):
         self._task: Task | None = None
         self._world: World | None = None
         self._reached: list[bool] = []
+        self._invalid = 0
         self._done = False
 
     @property
@@ -120,6 +121,7 @@ class BuiltinEnv(Environment):
         self._task = self.task(check_task_id("builtin", task_id))
         self._world = self._task.start.copy()
         self._reached = [False] * len(self._task.subgoals)
+        self._invalid = 0
         self._done = False
         return self._task.text
 
@@ -129,6 +131,7 @@ class BuiltinEnv(Environment):
         if self._done:
             raise RuntimeError(f"builtin: task {self._task.task_id} is already complete; reset() first")
         observation, valid = self._world.step(action)
+        self._invalid += not valid
         for index, subgoal in enumerate(self._task.subgoals):
             self._reached[index] = self._reached[index] or all(holds(self._world, c) for c in subgoal)
         self._done = all(self._reached)
@@ -139,6 +142,11 @@ class BuiltinEnv(Environment):
     def score(self) -> float:
         """The fraction of subgoals reached so far in this episode (exactly 1.0 when the task is complete)."""
         return 1.0 if self._done else sum(self._reached) / len(self._reached)
+
+    def episode_metrics(self) -> dict[str, float]:
+        """The episode's actions the world refused (a well-formed action it cannot do: wrong room, object not
+        here), a symptom of a policy drifting off what the experts taught."""
+        return {"invalid_actions": float(self._invalid)} if self._task is not None else {}
 
     def admissible_actions(self) -> list[str]:
         """The actions the current state accepts, sorted (for random baselines and debugging)."""
