@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
+import scipy.stats
 from seeds import fresh_seed
 
 from coevo_jax.experiment.figures import (
@@ -365,7 +366,7 @@ def test_details_cells_are_mean_and_sample_std_over_runs():
     assert not any(line.startswith("| SFT |") for line in details_markdown(runs).splitlines())
 
 
-def test_multi_run_figures_plot_means_with_std_error_bars():
+def test_multi_run_figures_plot_means_with_95_percent_interval_error_bars():
     runs = [make_results(seed=s) for s in (11, 12)]
     figure = reward_curves_figure(runs)
     seen_ax = figure.axes[0]
@@ -381,11 +382,18 @@ def test_multi_run_figures_plot_means_with_std_error_bars():
     bars = [c for c in failure_analysis_figure(runs).axes[0].containers if hasattr(c, "patches")]
     assert bars[0].get_label() == "ETO target" and bars[0].errorbar is not None
     heights = [patch.get_height() for patch in bars[0].patches]  # iterations 1..3
-    expected = [
-        np.mean([run["methods"]["ETO"]["iterations"][k]["explore"]["target"]["failures"] for run in runs])
+    counts = [
+        [run["methods"]["ETO"]["iterations"][k]["explore"]["target"]["failures"] for run in runs]
         for k in (1, 2, 3)
     ]
-    np.testing.assert_allclose(heights, expected)
+    np.testing.assert_allclose(heights, [np.mean(c) for c in counts])
+    # error bars: the 95 % t-interval of the mean over the seeds
+    segments = bars[0].errorbar.lines[2][0].get_segments()
+    for segment, values in zip(segments, counts, strict=True):
+        low, high = scipy.stats.t.interval(
+            0.95, len(values) - 1, loc=np.mean(values), scale=scipy.stats.sem(values)
+        )
+        np.testing.assert_allclose(sorted(segment[:, 1]), [low, high])
 
 
 def test_cli_figures_writes_the_study_reports(tmp_path):

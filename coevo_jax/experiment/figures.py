@@ -9,8 +9,8 @@
 * `grpo_steps_figure` / `plot_grpo_steps` (GRPO-trained methods): the sampled episodes' mean reward at every
   GRPO step, and its moving average over `STEP_WINDOW` steps.
 
-With several runs (seeds) every point or bar is their mean with ± 1 sample std as an error bar. PNGs are
-written atomically.
+With several runs (seeds) every point or bar is their mean, its error bar the 95 % Student-t interval of the
+mean over the seeds (`paired.mean_interval`). PNGs are written atomically.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from matplotlib.figure import Figure
 
 from coevo_jax.coevolve.pool import PROVENANCES
 from coevo_jax.experiment.atomic import atomic_path
+from coevo_jax.experiment.paired import mean_interval
 from coevo_jax.experiment.results import (
     agent_label,
     as_runs,
     coevolve_rounds,
     percent,
-    sample_stat,
     seeds_note,
     sorted_iterations,
     split_label,
@@ -52,17 +52,17 @@ def _no_data(ax, message: str) -> None:
     ax.set_yticks([])
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample std (0 for a single value): error bars from `sample_stat`."""
-    stat = sample_stat(values)
-    return stat["mean"], stat["std"] or 0.0
+def _mean_interval(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % t-interval over the runs (0 for a single value)."""
+    stat = mean_interval(values)
+    return stat["mean"], 0.0 if stat["high"] is None else stat["high"] - stat["mean"]
 
 
 def reward_curves_figure(results: Mapping | Sequence[Mapping]) -> Figure:
     """Figure 3: average reward x100 per iteration, one panel per split with data, one line per method.
 
-    With several runs (seeds) each point is their mean, with ± 1 std as error bars. A method evaluated only
-    at iteration 0 (SFT) is a horizontal dashed line (its std a shaded band).
+    With several runs (seeds) each point is their mean, with its 95 % t-interval as error bars. A method
+    evaluated only at iteration 0 (SFT) is a horizontal dashed line (its interval a shaded band).
     """
     runs = as_runs(results)
     first = runs[0]
@@ -90,13 +90,13 @@ def reward_curves_figure(results: Mapping | Sequence[Mapping]) -> Figure:
                     value = percent(it.get("eval") or {}, split, "avg_reward")
                     if value is not None:
                         per_iteration.setdefault(it["iteration"], []).append(value)
-            points = [(i, *_mean_std(v)) for i, v in sorted(per_iteration.items())]
+            points = [(i, *_mean_interval(v)) for i, v in sorted(per_iteration.items())]
             style = {"color": f"C{index % 10}", "label": name}
             if points and all(iteration == 0 for iteration, _, _ in points):
-                _, mean, std = points[-1]
+                _, mean, half = points[-1]
                 ax.axhline(mean, linestyle="--", **style)
-                if std > 0:
-                    ax.axhspan(mean - std, mean + std, color=style["color"], alpha=0.1)
+                if half > 0:
+                    ax.axhspan(mean - half, mean + half, color=style["color"], alpha=0.1)
             elif points:
                 xs, ys, errs = zip(*points, strict=True)
                 marker = MARKERS[index % len(MARKERS)]
@@ -152,7 +152,7 @@ def _has_sft_failed_scope(results: Mapping) -> bool:
 def failure_analysis_figure(results: Mapping | Sequence[Mapping]) -> Figure:
     """Figure 2: (a) failure trajectories per iteration, (b) their mean reward x100, bars per series.
 
-    With several runs (seeds) each bar is their mean with ± 1 std as an error bar.
+    With several runs (seeds) each bar is their mean with its 95 % t-interval as an error bar.
     """
     runs = as_runs(results)
     per_run = [dict(failure_series(run)) for run in runs]
@@ -177,7 +177,7 @@ def failure_analysis_figure(results: Mapping | Sequence[Mapping]) -> Figure:
                     if i in series.get(label, {}) and series[label][i].get(key) is not None
                 ]
                 if values:
-                    bars.append((i + offset, *_mean_std(values)))
+                    bars.append((i + offset, *_mean_interval(values)))
             if bars:
                 xs, ys, errs = zip(*bars, strict=True)
                 errors = {"yerr": errs, "capsize": 2} if len(runs) > 1 else {}
@@ -258,7 +258,7 @@ def moving_average(values: Sequence[float], window: int) -> list[float]:
 def grpo_steps_figure(results: Mapping | Sequence[Mapping]) -> Figure:
     """Reward ×100 of the episodes each GRPO step sampled (its train tasks, at `grpo.temperature`), one colour
     per GRPO-trained method: every step thin, the moving average over `STEP_WINDOW` steps bold. With several
-    runs (seeds) each point is their mean over the runs that reached that step, the band ± 1 std."""
+    runs (seeds) each point is their mean over the runs that reached that step, the band its 95 % t-interval."""
     runs = as_runs(results)
     names = [
         name
@@ -273,7 +273,7 @@ def grpo_steps_figure(results: Mapping | Sequence[Mapping]) -> Figure:
     for index, name in enumerate(names):
         series = [grpo_step_rewards(r["methods"].get(name) or {}) for r in runs]
         steps = max(len(s) for s in series)
-        stats = [_mean_std([100.0 * s[i] for s in series if len(s) > i]) for i in range(steps)]
+        stats = [_mean_interval([100.0 * s[i] for s in series if len(s) > i]) for i in range(steps)]
         means = [m for m, _ in stats]
         xs = list(range(1, steps + 1))
         color = f"C{index % 10}"
