@@ -60,6 +60,7 @@ def test_stage_outputs_name_the_policy_and_the_file_the_stages_write():
         (["dpo.betas", "dpo.updates_per_phase"], SFT + RFT),
         (["sft.rft_epochs"], SFT + ETO + COEVO),
         (["match_exploration"], SFT + COEVO),
+        (["sft_per_token"], SFT + RFT + ETO),  # eq. 9 trains the co-evolving target only
         (["methods", "iterations"], SFT + RFT + ETO + COEVO),
         ([], SFT + RFT + ETO + COEVO),
         (["sft.learning_rate"], []),

@@ -46,9 +46,10 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "sft": (),
     "rft": ("sft.rft_epochs", "match_exploration"),
     "eto": ("dpo", "match_exploration"),
-    "coevo": ("dpo",),
-    "coevo_positive": ("dpo",),
-    "coevo_frozen": ("dpo",),
+    # eq. 9's SFT term (`sft_per_token`) is in the target's objective only
+    "coevo": ("dpo", "sft_per_token"),
+    "coevo_positive": ("dpo", "sft_per_token"),
+    "coevo_frozen": ("dpo", "sft_per_token"),
     "grpo": ("grpo",),
     **{method: ("grpo", "coevolve") for method in ABLATIONS},
 }
