@@ -64,7 +64,9 @@ def test_stage_outputs_name_the_policy_and_the_file_the_stages_write():
         (["methods", "iterations"], SFT + RFT + ETO + COEVO),
         ([], SFT + RFT + ETO + COEVO),
         (["sft.learning_rate"], []),
-        (["dpo.betas", "rollout.temperature"], []),
+        (["dpo.betas", "rollout.temperature"], STAGES[:3] + [STAGES[6]]),  # SFT's training and evaluations
+        (["env.explore_tasks"], STAGES[:3] + [STAGES[6]]),
+        (["rollout.temperature", "rollout.max_new_tokens"], []),  # evaluations read the latter too
         (["seed"], []),
         (["model.lora_rank"], []),
         (["grpo.learning_rate"], SFT + RFT + ETO + COEVO),  # GRPO's and CoEvolve's stages are never reused

@@ -12,6 +12,8 @@ Which stages a difference can change, judged by the policy a stage trains, explo
   named by it and read only earlier ones);
 * `FAMILY_FIELDS`: fields only some policy families read (a family is the name's prefix before `_it<k>`;
   `sft_target` and `sft_failure` are `sft`), e.g. `dpo.*` only the pair-trained families;
+* `EXPLORATION_FIELDS` (sampling temperature, explored tasks, ...): every `explore/` stage and every family
+  but SFT, whose training and greedy evaluations never sample;
 * every other field (the model, the environment, SFT, sampling, the seed, ...) can change every stage, and
   nothing is reused.
 Families not listed, and `STATEFUL_FAMILIES` (GRPO and CoEvolve keep their step state and task pool outside the stage records), are
@@ -54,6 +56,9 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     **{method: ("grpo", "coevolve") for method in ABLATIONS},
 }
 STATEFUL_FAMILIES = frozenset({"grpo", *ABLATIONS})
+# Fields only explorations read (greedy evaluations and behavioural cloning do not): they change every
+# `explore/` stage and every policy trained on explorations, but not the SFT policies or their evaluations.
+EXPLORATION_FIELDS = ("rollout.temperature", "rollout.top_p", "rollout.samples_per_task", "env.explore_tasks")
 _FAMILY = re.compile(r"(?P<family>.+)_it\d+_(?:target|failure)")
 
 
@@ -73,8 +78,19 @@ def _reads(family: str, field: str) -> bool:
 
 
 def family_local(field: str) -> bool:
-    """True when `field` is read by some policy families only (or by no stage at all)."""
-    return field in RUN_SHAPE_FIELDS or any(_reads(family, field) for family in FAMILY_FIELDS)
+    """True when `field` is read by some policy families or stage kinds only (or by no stage at all)."""
+    return (
+        field in RUN_SHAPE_FIELDS
+        or field in EXPLORATION_FIELDS
+        or any(_reads(family, field) for family in FAMILY_FIELDS)
+    )
+
+
+def _stage_reads(name: str, family: str, field: str) -> bool:
+    """Whether stage `name` of a `family` policy can depend on `field`."""
+    if field in EXPLORATION_FIELDS:  # SFT's own training and greedy evaluations never explore
+        return family not in ("base", "sft") or name.startswith("explore/")
+    return _reads(family, field)
 
 
 def reusable_stages(stage_names: Iterable[str], changed: Iterable[str]) -> list[str]:
@@ -90,7 +106,7 @@ def reusable_stages(stage_names: Iterable[str], changed: Iterable[str]) -> list[
             continue
         family = policy_family(policy)
         reusable = family in FAMILY_FIELDS and family not in STATEFUL_FAMILIES
-        if reusable and not any(_reads(family, field) for field in changed):
+        if reusable and not any(_stage_reads(name, family, field) for field in changed):
             kept.append(name)
     return kept
 
