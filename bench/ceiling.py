@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import common
 import numpy as np
 
 
@@ -65,7 +66,6 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="results directory (default bench/results)")
     args = parser.parse_args()
     import jax
-    from anchor import write_result
 
     size = default_size()
     results = {name: matmul_gflops(name, size) for name in ("float32", "bfloat16")}
@@ -73,7 +73,7 @@ def main() -> None:
         print(f"XLA {name:8s} {size}^3 matmul: {gflops:7.0f} GFLOP/s")
     bandwidth = memory_gbps()
     print(f"XLA streaming read: {bandwidth:7.1f} GB/s")
-    write_result(
+    common.write_result(
         "ceiling_xla",
         {
             "device": str(jax.devices()[0].device_kind),

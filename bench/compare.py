@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-import anchor
+import common
 
 
 def _load(results: Path, name: str) -> dict | None:
@@ -129,7 +129,7 @@ def summary(results: Path) -> str:
     dpo = {k: r for k in ("coevo_jax", "trl", "tunix") if (r := _load(results, f"dpo_{k}"))}
     decode = {k: r for k in ("coevo_jax", "transformers", "tunix") if (r := _load(results, f"decode_{k}"))}
     rollout = _load(results, "rollout_builtin")
-    machine = next((r["machine"] for r in (*dpo.values(), *decode.values())), anchor.machine())
+    machine = next((r["machine"] for r in (*dpo.values(), *decode.values())), common.machine())
     out = [f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}.", ""]
     versions = {k: r.get("versions", {}) for k, r in {**dpo, **decode}.items()}
     out += [f"Versions: {json.dumps(versions)}", ""]
@@ -162,7 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--results", default=str(anchor.RESULTS_DIR))
+    parser.add_argument("--results", default=str(common.RESULTS_DIR))
     parser.add_argument("--out", default=None, help="also write the Markdown here")
     args = parser.parse_args()
     text = summary(Path(args.results))

@@ -3,7 +3,7 @@
     python bench/decode_throughput.py                       # batches 1, 8, 32; float32 and bfloat16
     python bench/decode_throughput.py --batches 8 --dtypes float32
 
-Random-init anchor model (`bench/anchor.py`; the transformers and tunix scripts use the same prompts),
+Random-init anchor model (`bench/common.py`; the transformers and tunix scripts use the same prompts),
 a KV cache of 384 slots (prompt + new tokens), no stop token, so every row generates 128 tokens.
 Per batch size: one warm-up run (compiles prefill and decode), then the median of `--repeats` runs of
 - end to end: prefill of the prompts + the 128-token decode loop, blocked until tokens are on the host
@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import anchor
 import ceiling
+import common
 import flops
 import numpy as np
 
-NEW = anchor.DECODE["new_tokens"]
-PROMPT = anchor.DECODE["prompt_length"]
+NEW = common.DECODE["new_tokens"]
+PROMPT = common.DECODE["prompt_length"]
 
 
 def bounds(dtype_name: str, batch: int, gbps: float, gflops: float) -> dict:
@@ -36,10 +36,10 @@ def bounds(dtype_name: str, batch: int, gbps: float, gflops: float) -> dict:
     import jax.numpy as jnp
 
     step_bytes = flops.decode_step_bytes(
-        anchor.MODEL, batch, PROMPT + NEW, bytes_per_value=jnp.dtype(dtype_name).itemsize
+        common.MODEL, batch, PROMPT + NEW, bytes_per_value=jnp.dtype(dtype_name).itemsize
     )
     step_floor_s = step_bytes / (gbps * 1e9)
-    prefill_floor_s = batch * flops.prefill_flops(anchor.MODEL, PROMPT) / (gflops * 1e9)
+    prefill_floor_s = batch * flops.prefill_flops(common.MODEL, PROMPT) / (gflops * 1e9)
     return {
         "decode_step_bytes": step_bytes,
         "decode_step_floor_ms": step_floor_s * 1e3,
@@ -51,19 +51,18 @@ def bounds(dtype_name: str, batch: int, gbps: float, gflops: float) -> dict:
 def bench_batch(dtype_name: str, batch: int, repeats: int) -> dict:
     import jax
     from flax import nnx
-    from shapes import anchor_config
 
     from coevo_jax.models import Decoder
     from coevo_jax.sampling import Sampler, SamplingConfig
 
-    cfg = anchor_config(dtype_name)
+    cfg = common.anchor_config(dtype_name)
     sampler, params = Sampler.for_model(
         Decoder(cfg, rngs=nnx.Rngs(0)),
         batch_size=batch,
         cache_len=PROMPT + NEW,
         sampling=SamplingConfig(max_new_tokens=NEW),
     )
-    prompts = anchor.decode_prompts(batch).tolist()
+    prompts = common.decode_prompts(batch).tolist()
 
     def run(key):
         start = time.perf_counter()
@@ -83,7 +82,7 @@ def bench_batch(dtype_name: str, batch: int, repeats: int) -> dict:
         total, decode, _ = run(jax.random.key(repeat + 1))
         totals.append(total)
         decodes.append(decode)
-    total, decode = anchor.summarize(totals), anchor.summarize(decodes)
+    total, decode = common.summarize(totals), common.summarize(decodes)
     return {
         "dtype": dtype_name,
         "batch": batch,
@@ -99,7 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--batches", type=int, nargs="+", default=list(anchor.DECODE["batch_sizes"]))
+    parser.add_argument("--batches", type=int, nargs="+", default=list(common.DECODE["batch_sizes"]))
     parser.add_argument(
         "--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"]
     )
@@ -126,7 +125,7 @@ def main() -> None:
             f" {r['decode_only_new_tokens_per_s']:18.0f} {r['decode_step_ms']:8.2f}"
             f" {b['decode_step_floor_ms']:9.2f} {b['max_new_tokens_per_s']:14.0f}"
         )
-    anchor.write_result(
+    common.write_result(
         "decode_coevo_jax",
         {
             "framework": "coevo_jax",

@@ -2,8 +2,9 @@
 
     python bench/dpo_throughput.py                    # both variants, prints a table, writes JSON
     python bench/dpo_throughput.py --variants float32 --steps 4 --warmup 1
+    python bench/dpo_throughput.py --variants bfloat16 --profile 2   # also where a step's time goes
 
-The model, pairs and hyper-parameters come from `bench/anchor.py` (the peers' scripts read the same).
+The model, pairs and hyper-parameters come from `bench/common.py` (the peers' scripts read the same).
 Variants: `float32` (compute and parameters float32) and `bfloat16` (bf16 compute, float32 master weights).
 
 Timings:
@@ -15,6 +16,9 @@ Timings:
   fresh seeded order, batches collated and placed on the fly, the loss read back after every epoch.
 - useful FLOP/s: `bench/flops.py` (causal attention, no recompute, 3x forward per train step) over the
   median step time, and its fraction of the XLA matmul ceiling measured in the same process.
+- `--profile STEPS`: after the timings, that many more steps traced under `jax.profiler`, each XLA op's time
+  summed and named by the JAX operation it came from (`bench/op_profile.py`). Profiling slows a step; read
+  the shares, not the totals.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import anchor
 import ceiling
+import common
 import flops
 import numpy as np
+import op_profile
 
-LENGTH = anchor.DPO["prompt_length"] + anchor.DPO["response_length"]
+LENGTH = common.DPO["prompt_length"] + common.DPO["response_length"]
 
 
 def _pairs():
@@ -35,76 +40,13 @@ def _pairs():
     from coevo_jax.data.batching import TokenizedPair
     from coevo_jax.data.chat_format import TokenizedTrajectory
 
-    data = anchor.dpo_pairs(anchor.PHASE_PAIRS)
+    data = common.dpo_pairs(common.PHASE_PAIRS)
     mask = np.zeros(LENGTH, bool)
-    mask[anchor.DPO["prompt_length"] :] = True
+    mask[common.DPO["prompt_length"] :] = True
     side = lambda name, i: TokenizedTrajectory(np.concatenate([data["prompt"][i], data[name][i]]), mask)
     return [
         TokenizedPair(side("chosen", i), side("rejected", i), 1.0, 0.0) for i in range(len(data["prompt"]))
     ]
-
-
-def build_dpo_steps(cfg, learning_rate: float, beta: float, objective=None, device=None):
-    """(steps, phase scalars, optimizer, state shardings, mesh, rules) of model `cfg` on one device (default
-    the first): the main job's steps built for a constant-lr AdamW phase without weight decay.
-    `objective`: an ObjectiveConfig (default the main job's)."""
-    import jax
-
-    from coevo_jax import sharding
-    from coevo_jax.models import abstract_model
-    from coevo_jax.train import ObjectiveConfig, OptimizerConfig, build_steps, make_optimizer, phase_scalars
-    from coevo_jax.train.state import state_shardings
-
-    mesh = sharding.make_mesh(
-        sharding.MeshConfig(axes=(("data", 1), ("fsdp", 1), ("tensor", 1))), [device or jax.devices()[0]]
-    )
-    rules = sharding.ShardingRules()
-    opt = OptimizerConfig(learning_rate=learning_rate, warmup_steps=0, weight_decay=0.0)
-    tx, scalars = make_optimizer(opt.adamw_settings()), phase_scalars(opt, beta)
-    graphdef, _ = abstract_model(cfg)
-    shardings = state_shardings(cfg, tx, mesh, rules)
-    steps = build_steps(graphdef, tx, shardings, mesh, rules, objective or ObjectiveConfig())
-    return steps, scalars, tx, shardings, mesh, rules
-
-
-def setup_steps(cfg, learning_rate: float, beta: float, objective=None):
-    """(steps, phase scalars, train state, mesh, rules): `build_dpo_steps` on the first device, the state
-    randomly initialised."""
-    import jax
-
-    from coevo_jax.train.state import init_train_state
-
-    steps, scalars, tx, shardings, mesh, rules = build_dpo_steps(cfg, learning_rate, beta, objective)
-    state = init_train_state(cfg, tx, shardings, jax.random.key(0))
-    return steps, scalars, state, mesh, rules
-
-
-def _setup(dtype_name: str):
-    from shapes import anchor_config
-
-    return setup_steps(anchor_config(dtype_name), anchor.DPO["learning_rate"], anchor.DPO["beta"])
-
-
-def time_steps(step, state, batch, scalars, warmup: int, timed: int):
-    """(state, last metrics, seconds of the first call, seconds of each of `timed` calls) of `step` on one
-    batch: the first call (it compiles), `warmup - 1` more untimed, then `timed`; each blocked until its
-    metrics are ready."""
-    import jax
-
-    start = time.perf_counter()
-    state, metrics = step(state, batch, scalars)
-    jax.block_until_ready(metrics)
-    first_s = time.perf_counter() - start
-    for _ in range(max(warmup - 1, 0)):
-        state, metrics = step(state, batch, scalars)
-        jax.block_until_ready(metrics)
-    times = []
-    for _ in range(timed):
-        start = time.perf_counter()
-        state, metrics = step(state, batch, scalars)
-        jax.block_until_ready(metrics)
-        times.append(time.perf_counter() - start)
-    return state, metrics, first_s, times
 
 
 def _collate(pairs, indices, mesh, rules, reference=None):
@@ -113,7 +55,7 @@ def _collate(pairs, indices, mesh, rules, reference=None):
     from coevo_jax.data.batching import collate_dpo
 
     batch = collate_dpo(
-        [pairs[i] for i in indices], length=LENGTH, pairs_per_batch=len(indices), pad_id=anchor.PAD_ID
+        [pairs[i] for i in indices], length=LENGTH, pairs_per_batch=len(indices), pad_id=common.PAD_ID
     )
     if reference is not None:
         batch["ref_chosen_logps"] = reference[0][list(indices)]
@@ -129,7 +71,7 @@ def run_phase(steps, scalars, state, pairs, mesh, rules):
 
     from coevo_jax.data.batching import plan_batches
 
-    per_step = anchor.DPO["pairs_per_step"]
+    per_step = common.DPO["pairs_per_step"]
     chosen = np.zeros(len(pairs), np.float32)
     rejected = np.zeros(len(pairs), np.float32)
     for start in range(0, len(pairs), per_step):
@@ -137,7 +79,7 @@ def run_phase(steps, scalars, state, pairs, mesh, rules):
         batch = _collate(pairs, indices, mesh, rules)
         c, r = jax.device_get(steps.reference(state.params, batch))
         chosen[indices], rejected[indices] = np.ravel(c), np.ravel(r)
-    for epoch in range(anchor.PHASE_EPOCHS):
+    for epoch in range(common.PHASE_EPOCHS):
         for _, indices in plan_batches([LENGTH] * len(pairs), per_step, (LENGTH,), seed=epoch):
             state, metrics = steps.dpo(
                 state, _collate(pairs, indices, mesh, rules, (chosen, rejected)), scalars
@@ -146,27 +88,38 @@ def run_phase(steps, scalars, state, pairs, mesh, rules):
     return state
 
 
-def bench_variant(dtype_name: str, warmup: int, timed: int, ceilings: dict) -> dict:
+def bench_variant(dtype_name: str, warmup: int, timed: int, ceilings: dict, profile_calls: int = 0) -> dict:
+    """One variant's step, phase and FLOP figures; with `profile_calls`, also where that many traced steps'
+    time goes (`op_profile`)."""
     import jax
 
-    steps, scalars, state, mesh, rules = _setup(dtype_name)
+    cfg = common.anchor_config(dtype_name)
+    steps, scalars, state, mesh, rules = common.setup_steps(
+        cfg, common.DPO["learning_rate"], common.DPO["beta"]
+    )
     pairs = _pairs()
-    first = list(range(anchor.DPO["pairs_per_step"]))
+    first = list(range(common.DPO["pairs_per_step"]))
     chosen, rejected = jax.device_get(steps.reference(state.params, _collate(pairs, first, mesh, rules)))
     batch = _collate(pairs, first, mesh, rules, (np.ravel(chosen), np.ravel(rejected)))
 
-    state, metrics, compile_s, times = time_steps(steps.dpo, state, batch, scalars, warmup, timed)
-    step = anchor.summarize(times)
+    state, metrics, compile_s, times = common.time_steps(steps.dpo, state, batch, scalars, warmup, timed)
+    step = common.summarize(times)
+    profile = None
+    if profile_calls:
+        hlo_text, run, carry = op_profile.train_step_calls(steps.dpo, state, batch, scalars)
+        profile = op_profile.profile_ops(run, hlo_text, profile_calls)
+        op_profile.print_summary(profile, f"{dtype_name} anchor DPO step", 25)
+        state = carry["state"]  # the step donated the one before
 
     state = run_phase(
-        steps, scalars, state, pairs[: anchor.DPO["pairs_per_step"] * 2], mesh, rules
+        steps, scalars, state, pairs[: common.DPO["pairs_per_step"] * 2], mesh, rules
     )  # warm the phase path
     start = time.perf_counter()
     run_phase(steps, scalars, state, pairs, mesh, rules)
     phase_s = time.perf_counter() - start
 
-    pairs_per_step = anchor.DPO["pairs_per_step"]
-    useful = flops.dpo_step_flops(anchor.MODEL, pairs_per_step, LENGTH, reference_forward=False)
+    pairs_per_step = common.DPO["pairs_per_step"]
+    useful = flops.dpo_step_flops(common.MODEL, pairs_per_step, LENGTH, reference_forward=False)
     achieved = useful / step["median_s"] / 1e9
     return {
         "name": f"{dtype_name}, cached reference log-probs",
@@ -175,13 +128,14 @@ def bench_variant(dtype_name: str, warmup: int, timed: int, ceilings: dict) -> d
         "step": step,
         "tokens_per_s": 2 * pairs_per_step * LENGTH / step["median_s"],
         "phase_s": phase_s,
-        "phase_steps": anchor.PHASE_EPOCHS * anchor.PHASE_PAIRS // pairs_per_step,
+        "phase_steps": common.PHASE_EPOCHS * common.PHASE_PAIRS // pairs_per_step,
         "compile_s": compile_s,
         "useful_gflop_per_step": useful / 1e9,
         "useful_gflops": achieved,
         "ceiling_gflops": ceilings[dtype_name],
         "fraction_of_ceiling": achieved / ceilings[dtype_name],
         "final_loss": float(metrics["loss"]),
+        "profile": op_profile.for_json(profile),
     }
 
 
@@ -192,14 +146,19 @@ def main() -> None:
     parser.add_argument(
         "--variants", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"]
     )
-    parser.add_argument("--warmup", type=int, default=anchor.WARMUP_STEPS)
-    parser.add_argument("--steps", type=int, default=anchor.TIMED_STEPS)
+    parser.add_argument("--warmup", type=int, default=common.WARMUP_STEPS)
+    parser.add_argument("--steps", type=int, default=common.TIMED_STEPS)
     parser.add_argument("--out", default=None, help="results directory (default bench/results)")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="STEPS", help="also trace this many steps per variant"
+    )
     args = parser.parse_args()
     import jax
 
     ceilings = {name: ceiling.matmul_gflops(name) for name in ("float32", "bfloat16")}
-    variants = [bench_variant(name, args.warmup, args.steps, ceilings) for name in args.variants]
+    variants = [
+        bench_variant(name, args.warmup, args.steps, ceilings, args.profile) for name in args.variants
+    ]
     print(f"coevo_jax {jax.__version__} on {jax.devices()[0].device_kind}; ceilings (GFLOP/s): {ceilings}")
     print(f"{'variant':40s} {'ms/step':>8} {'tokens/s':>9} {'phase s':>8} {'GFLOP/s':>8} {'of ceiling':>10}")
     for v in variants:
@@ -207,7 +166,7 @@ def main() -> None:
             f"{v['name']:40s} {v['step']['median_s'] * 1e3:8.1f} {v['tokens_per_s']:9.0f} {v['phase_s']:8.2f}"
             f" {v['useful_gflops']:8.0f} {v['fraction_of_ceiling']:10.0%}"
         )
-    anchor.write_result(
+    common.write_result(
         "dpo_coevo_jax",
         {
             "framework": "coevo_jax",

@@ -7,7 +7,7 @@ XLA compiles for a GPU from a description of the chip (`TARGETS`: the fields XLA
 needs, from NVIDIA's datasheets), so a CPU machine can see the program a GPU would run: what XLA fused,
 how much memory it needs (`memory_analysis`), and what each kernel moves (`bench/hlo_traffic.py`). It cannot
 time anything; the memory-bound families' bytes over an effective bandwidth estimate their time, and
-`bench/gpu_mfu.py` on a GPU measures it. Session 16's H200 profiles (`bench/README.md`) put the effective
+`bench/gpu_mfu.py` on a GPU measures it. The H200 profiles (`bench/README.md`) put the effective
 bandwidth of those kernels at 3.46-3.59 TB/s, 72-75 % of the datasheet's: `--efficiency` 0.73 by default.
 
 Needs the CUDA plugin, which compiles but never runs here, in its own environment so that nothing else
@@ -30,8 +30,7 @@ import os
 import time
 from pathlib import Path
 
-import anchor
-import dpo_throughput
+import common
 import gpu_mfu
 import hlo_traffic
 import numpy as np
@@ -90,11 +89,11 @@ def compile_case(device, name: str, remat: bool, pairs: int, length: int, attent
     from coevo_jax import sharding
     from coevo_jax.train.state import abstract_state
 
-    cfg = gpu_mfu.model_config(name, remat, attention, options)
+    cfg = gpu_mfu.model_config(name, remat, attention, options).replace(platform="gpu")  # not this machine's
     objective = gpu_mfu.objective_config(options)
-    steps, scalars, tx, shardings, mesh, _ = dpo_throughput.build_dpo_steps(cfg, 1e-6, 0.1, objective, device)
+    steps, scalars, tx, shardings, mesh, _ = common.build_dpo_steps(cfg, 1e-6, 0.1, objective, device)
     state = abstract_state(cfg, tx, shardings)
-    batch = gpu_mfu._batch(pairs, length, cfg.vocab_size)
+    batch = gpu_mfu.dpo_batch(pairs, length, cfg.vocab_size)
     batch["ref_chosen_logps"], batch["ref_rejected_logps"] = gpu_mfu.uniform_reference_logps(
         batch, cfg.vocab_size
     )
@@ -133,15 +132,11 @@ def main() -> None:
     import jax
     from jax.experimental import topologies
 
-    # The model makes a few choices at trace time from `jax.default_backend()` (products' result dtypes,
-    # attention plans), which is the CPU here: let them see the GPU the program is compiled for.
-    jax.default_backend = lambda: "gpu"
-
     topology = topologies.get_topology_desc(
         platform="cuda", target_config=target_config(args.target), topology="1x1x1"
     )
     bandwidth = TARGETS[args.target]["bandwidth"] * args.efficiency
-    out = Path(args.out) if args.out else anchor.RESULTS_DIR
+    out = Path(args.out) if args.out else common.RESULTS_DIR
     record = {"jax": jax.__version__, "target": args.target, "effective_bandwidth": bandwidth, "cases": []}
     for name, remat, pairs, attention, options in cases:
         label = gpu_mfu.case_label(name, remat, pairs, attention, options)
@@ -172,7 +167,7 @@ def main() -> None:
             flush=True,
         )
         hlo_traffic.print_report(kernels, args.top)
-        anchor.write_result(f"gpu_aot_{args.target}", record, out)
+        common.write_result(f"gpu_aot_{args.target}", record, out)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ moments, reference log-probs cached (attached to the batch), one micro-batch, ra
 shapes are what matter). The cached reference log-probs are a uniform policy's, which is about what a random
 initialisation gives: their values do not change the step's work, and the scoring pass that `--reference-pass`
 runs instead costs a compilation of its own. Each case records its set-up, reference and first-step seconds.
-A case without options attends through the checked cuDNN dispatch, as sessions 9-16 measured it; the main job
-now assumes right padding, so add the option `right_padded` to time exactly its step.
+A case without options attends through the checked cuDNN dispatch, as `bench/README.md`'s H200 tables
+measured it; the main job now assumes right padding, so add the option `right_padded` to time exactly its step.
 `--profile STEPS` also traces that many steps (`bench/op_profile.py`: time by XLA op, JAX primitive and, on a
 GPU, kernel family) and writes the compiled program beside the JSON (`bench/hlo_traffic.py` reads it). Every pair has two sequences of
 `--length` tokens, the second half of each marked as action tokens. Per model, remat, pairs per step,
@@ -38,9 +38,8 @@ import itertools
 import time
 from pathlib import Path
 
-import anchor
 import ceiling
-import dpo_throughput
+import common
 import flops
 import numpy as np
 import op_profile
@@ -82,7 +81,8 @@ MODELS = {
 
 
 # A case's options: the flag each sets, of the ModelConfig or of the ObjectiveConfig (the main job's defaults:
-# `right_padded` on, layers scanned, logits kept up to losses.KEEP_LOGITS_MAX_BYTES, i.e. not at these sizes).
+# `right_padded` on, layers scanned, logits kept up to chunked_logprobs.KEEP_LOGITS_MAX_BYTES, i.e. not at these
+# sizes).
 OPTIONS = {
     "unroll": ("model", "unroll_layers"),
     "right_padded": ("model", "right_padded"),
@@ -120,7 +120,7 @@ def peak_tflops(device_kind: str) -> float | None:
     return None
 
 
-def _batch(pairs: int, length: int, vocab_size: int, seed: int = 0) -> dict:
+def dpo_batch(pairs: int, length: int, vocab_size: int, seed: int = 0) -> dict:
     """A collated DPO batch of random ids: `pairs` chosen/rejected sequences, the second half action tokens."""
     from coevo_jax.data.batching import TokenizedPair, collate_dpo
     from coevo_jax.data.chat_format import TokenizedTrajectory
@@ -129,10 +129,10 @@ def _batch(pairs: int, length: int, vocab_size: int, seed: int = 0) -> dict:
     mask = np.zeros(length, bool)
     mask[length // 2 :] = True
     side = lambda: TokenizedTrajectory(
-        rng.randint(anchor.FIRST_TOKEN_ID, vocab_size, size=length).astype(np.int32), mask
+        rng.randint(common.FIRST_TOKEN_ID, vocab_size, size=length).astype(np.int32), mask
     )
     data = [TokenizedPair(side(), side(), 1.0, 0.0) for _ in range(pairs)]
-    return collate_dpo(data, length=length, pairs_per_batch=pairs, pad_id=anchor.PAD_ID)
+    return collate_dpo(data, length=length, pairs_per_batch=pairs, pad_id=common.PAD_ID)
 
 
 def uniform_reference_logps(batch: dict, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -165,12 +165,12 @@ def bench_case(
     cfg = model_config(name, remat, attention, options)
     objective = objective_config(options, logprob_chunk)
     start = time.perf_counter()
-    steps, scalars, state, mesh, rules = dpo_throughput.setup_steps(
+    steps, scalars, state, mesh, rules = common.setup_steps(
         cfg, learning_rate=1e-6, beta=0.1, objective=objective
     )
     jax.block_until_ready(state)
     setup_s = time.perf_counter() - start
-    batch = _batch(pairs, length, cfg.vocab_size)
+    batch = dpo_batch(pairs, length, cfg.vocab_size)
     if reference_pass:  # the main job's way: one scoring pass of the (here initial) policy
         start = time.perf_counter()
         placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
@@ -181,21 +181,13 @@ def bench_case(
         reference_s = 0.0
     batch["ref_chosen_logps"], batch["ref_rejected_logps"] = np.ravel(chosen), np.ravel(rejected)
     placed = sharding.place_batch(sharding.device_layout(batch), mesh, rules)
-    state, metrics, first_s, times = dpo_throughput.time_steps(
-        steps.dpo, state, placed, scalars, warmup, timed
-    )
-    step = anchor.summarize(times)
+    state, metrics, first_s, times = common.time_steps(steps.dpo, state, placed, scalars, warmup, timed)
+    step = common.summarize(times)
     useful = flops.dpo_step_flops(flops.model_fields(cfg), pairs, length, reference_forward=False)
     memory = jax.devices()[0].memory_stats() or {}
     profile = None
     if profile_calls:
-        hlo_text = steps.dpo.lower(state, placed, scalars).compile().as_text()
-        carry = {"state": state}
-
-        def run():
-            carry["state"], step_metrics = steps.dpo(carry["state"], placed, scalars)
-            return step_metrics
-
+        hlo_text, run, _ = op_profile.train_step_calls(steps.dpo, state, placed, scalars)
         if hlo_dir is not None:  # the compiled program, to read its fusions afterwards
             path = Path(hlo_dir) / f"hlo_{case_label(name, remat, pairs, attention, options)}.txt.gz"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -225,8 +217,7 @@ def bench_case(
         "peak_bytes_in_use": memory.get("peak_bytes_in_use"),  # the process's so far, not this case's
         "final_loss": float(metrics["loss"]),
         "logprob_chunk_size": objective.logprob_chunk_size,
-        "profile": profile
-        and {key: value for key, value in profile.items() if key != "ops"} | {"top_ops": profile["ops"][:60]},
+        "profile": op_profile.for_json(profile),
     }
 
 
@@ -241,7 +232,7 @@ def attention_check(length: int = 512, seed: int = 0) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
-    from coevo_jax.models import ModelConfig, decoder
+    from coevo_jax.models import ModelConfig, blocks
     from coevo_jax.models.decoder import Decoder
 
     implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"  # no cuDNN: a dry run with XLA's
@@ -249,9 +240,9 @@ def attention_check(length: int = 512, seed: int = 0) -> dict:
     params = nnx.to_pure_dict(nnx.state(Decoder(reference_cfg, rngs=nnx.Rngs(seed))))
     rng = np.random.RandomState(seed)
     lengths = np.array([length, 3 * length // 4, length // 2, length // 4 + 3])
-    ids = rng.randint(anchor.FIRST_TOKEN_ID, reference_cfg.vocab_size, size=(len(lengths), length))
+    ids = rng.randint(common.FIRST_TOKEN_ID, reference_cfg.vocab_size, size=(len(lengths), length))
     mask = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
-    ids, mask = jnp.asarray(np.where(mask > 0, ids, anchor.PAD_ID), jnp.int32), jnp.asarray(mask)
+    ids, mask = jnp.asarray(np.where(mask > 0, ids, common.PAD_ID), jnp.int32), jnp.asarray(mask)
     real = mask[:, 1:] > 0
 
     def run(dtype, attention):
@@ -269,7 +260,7 @@ def attention_check(length: int = 512, seed: int = 0) -> dict:
 
     reference = run(jnp.float32, "blocked")
     errors = {}
-    default_implementation, decoder._FUSED_IMPLEMENTATION = decoder._FUSED_IMPLEMENTATION, implementation
+    default_implementation, blocks._FUSED_IMPLEMENTATION = blocks._FUSED_IMPLEMENTATION, implementation
     try:
         for attention in ("blocked", "cudnn"):
             got = run(jnp.bfloat16, attention)
@@ -278,7 +269,7 @@ def attention_check(length: int = 512, seed: int = 0) -> dict:
                 for name, x, ref in zip(("logits", "grads"), got, reference, strict=True)
             }
     finally:  # the timed cases run what the main job runs
-        decoder._FUSED_IMPLEMENTATION = default_implementation
+        blocks._FUSED_IMPLEMENTATION = default_implementation
     passed = all(errors["cudnn"][k] <= 2 * errors["blocked"][k] + 1e-6 for k in ("logits", "grads"))
     return {
         "implementation": implementation,
@@ -390,7 +381,7 @@ def main() -> None:
         except Exception as error:  # recorded; the timed cases still run
             record["attention_check"] = {"error": repr(error)[:500]}
         print(f"attention check: {record['attention_check']}", flush=True)
-        anchor.write_result("gpu_mfu", record, args.out)
+        common.write_result("gpu_mfu", record, args.out)
     for name, remat, pairs, attention, options in cases:
         label = f"{name:13s} remat={'on' if remat else 'off':3s} pairs={pairs:3d} attention={attention:7s}"
         label += "".join(f" {option}" for option in options)
@@ -432,7 +423,7 @@ def main() -> None:
                 flush=True,
             )
         record["cases"].append(case)
-        anchor.write_result("gpu_mfu", record, args.out)
+        common.write_result("gpu_mfu", record, args.out)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,27 @@ def profile_ops(run, hlo_text: str, calls: int = 2) -> dict:
     return summarize_events(trace_events(run, calls), op_names(hlo_text), calls)
 
 
+def train_step_calls(step, state, batch, scalars):
+    """(the compiled HLO text of a train step, a `run()` that calls it on one batch, the dict whose "state"
+    each call replaces): what `profile_ops` traces of `step(state, batch, scalars) -> (state, metrics)`, which
+    donates its state."""
+    hlo_text = step.lower(state, batch, scalars).compile().as_text()
+    carry = {"state": state}
+
+    def run():
+        carry["state"], metrics = step(carry["state"], batch, scalars)
+        return metrics
+
+    return hlo_text, run, carry
+
+
+def for_json(summary: dict | None, top: int = 60) -> dict | None:
+    """A `summarize_events` summary with only its `top` ops, as the benchmarks' JSON keeps it."""
+    if summary is None:
+        return None
+    return {key: value for key, value in summary.items() if key != "ops"} | {"top_ops": summary["ops"][:top]}
+
+
 def print_summary(summary: dict, title: str, top: int = 25) -> None:
     """The ranked ops and primitives of `summarize_events`, as text."""
     total = summary["ms_per_call"] or 1e-9

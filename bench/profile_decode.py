@@ -21,10 +21,10 @@ import collections
 import time
 
 import ceiling
+import common
 import flops
 import numpy as np
 from op_profile import op_names, primitive, trace_events
-from shapes import DECODE_MODELS, decode_model_config
 
 
 def _cache_filler(sampler, live: int, seed: int):
@@ -70,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", choices=DECODE_MODELS, default="anchor")
+    parser.add_argument("--model", choices=common.DECODE_MODELS, default="anchor")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--live", type=int, default=256, help="cached tokens per row before decoding")
     parser.add_argument("--window", type=int, default=384, help="cache slots the decode attends over")
@@ -86,7 +86,7 @@ def main() -> None:
     from coevo_jax.sampling import Sampler, SamplingConfig
 
     gbps = ceiling.memory_gbps()
-    cfg = decode_model_config(args.model)
+    cfg = common.decode_model_config(args.model)
     sampler, params = Sampler.for_model(
         Decoder(cfg, rngs=nnx.Rngs(0)),
         batch_size=args.rows,

@@ -22,6 +22,8 @@ import os
 import tempfile
 import time
 
+import common
+
 WARMUP_STEPS = 10
 
 
@@ -184,19 +186,20 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from shapes import anchor_config
 
     from coevo_jax.data.chat_format import chat_format_for
     from coevo_jax.envs import make
-    from coevo_jax.models.tokenizer_training import train_tokenizer_for_trajectories
     from coevo_jax.rollout import ModelActor, RolloutConfig, TurnCodec, run_rollouts
     from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
+    from coevo_jax.tokenization.training import train_tokenizer_for_trajectories
 
     env = make("builtin", num_test_seen=args.tasks, num_test_unseen=args.tasks)
     experts = env.expert_trajectories("train")
     tokenizer = train_tokenizer_for_trajectories(experts, vocab_size=1024)
     fmt = chat_format_for(tokenizer)
-    model_cfg = anchor_config(jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32, len(tokenizer))
+    model_cfg = common.anchor_config(
+        jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32, len(tokenizer)
+    )
     print(
         f"{jax.devices()[0].platform}: tiny policy, vocab {len(tokenizer)}, {args.dtype} compute, SFT {args.epochs} epochs"
     )

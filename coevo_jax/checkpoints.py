@@ -26,7 +26,8 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from coevo_jax.models import ModelConfig, abstract_model, save_pretrained
+from coevo_jax.checkpoint_formats import save_pretrained
+from coevo_jax.models import ModelConfig, abstract_model
 from coevo_jax.train.state import TrainState
 
 STATE_ITEM = "state"

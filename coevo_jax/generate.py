@@ -12,8 +12,9 @@ import time
 import jax
 from absl import app, flags
 
-from coevo_jax.models import Decoder, load_pretrained
-from coevo_jax.models.bundled import smollm2_gguf_path
+from coevo_jax.checkpoint_formats import load_pretrained
+from coevo_jax.checkpoint_formats.bundled import smollm2_gguf_path
+from coevo_jax.models import Decoder
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
 
 

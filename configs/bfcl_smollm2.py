@@ -1,20 +1,12 @@
 """SmolLM2-135M-Instruct (bundled GGUF, offline) on BFCL multi_turn_base: zero-shot, SFT, GRPO and CoEvolve.
 
-CoEvolve's BFCL comparison (zero-shot, GRPO, CoEvolve; Qwen3-4B: 26.5 / 58.0 / 63.0) sized for 2 CPU cores:
-the SQL config's SmolLM2 settings (`sql_smollm2.smollm2_config`: full fine-tuning, float32 sampling; float32
-training here too, 1.4x bf16's speed on AVX2-only CPUs) with BFCL's ground truth as experts for the first 32 of
-the 150 train tasks (our split: task numbers n % 4 != 3) for two SFT epochs at lr 1e-4, then one iteration of 2
-GRPO steps (4 train tasks x K = 4 episodes at T = 0.9 each, lr 1e-5, beta 1e-3, all-equal groups dropped: they
-carry no policy gradient), CoEvolve on the same 2 steps with a round after the first, and the first 16 of the
-50 test tasks evaluated greedily, 16 sampler rows at once. With the compact function docs the task text is 836
-SmolLM2 tokens on average and an expert episode 1,833 (p90 2,317, max 2,821; bench/bfcl_sizes.py), so
-sequences and the sampling cache are 3,072 tokens long (2,048 would cut a third of the experts). Observations
-are cut at 1,000 characters. The reward is BFCL's checker over the whole conversation (1.0 or 0.0); the
-per-turn accuracy is beside it (`metrics` in results.json). The GRPO rate is not tuned: between the DPO rate
-that kept SmolLM2's SQL policy intact (1e-6) and SFT's. On 2 cores the SFT policy solves none of the train
-tasks it samples, so every group is all-zero and GRPO makes no update (README, "SmolLM2-135M on BFCL").
-Needs `pip install --no-deps bfcl-eval==2026.3.23` and mpmath (the `bfcl` extra).
+CoEvolve's BFCL comparison (its Qwen3-4B: 26.5 / 58.0 / 63.0) on the SQL config's settings, sized for one seed
+in about 2 h 30 min on 2 CPU cores: float32 training, SFT on the ground truth of 32 of our 150 train tasks, 2
+GRPO steps of 4 tasks x K = 4 episodes (CoEvolve: a round after the first), 16 of the 50 test tasks greedily,
+3,072-token sequences for 1,833-token experts. Why each setting, and why GRPO makes no update at this size:
+docs/results.md#bfcl-with-smollm2. Needs the `bfcl` extra (mpmath) and BFCL itself:
 
+    pip install -e ".[bfcl]" && pip install --no-deps bfcl-eval==2026.3.23
     python -m coevo_jax.main --config=configs/bfcl_smollm2.py --workdir=workdir_bfcl
 """
 
@@ -35,7 +27,7 @@ def get_config():
     )
     config.rollout.groups = 1  # 16 rows in one batch: a decode step reads the weights once for all of them
     config.methods = ("zero_shot", "sft", "grpo", "coevolve")
-    config.model.compute_dtype = "float32"  # AVX2-only CPUs: 1.4x bf16's speed (bench/README.md)
+    config.model.compute_dtype = "float32"  # 1.4x bf16 on AVX2 CPUs (docs/results.md#bfcl-with-smollm2)
     config.env.train_split = "train"
     config.env.eval_splits = ("test",)
     config.env.eval_tasks = 16

@@ -1,16 +1,14 @@
 """The paper's setting: Llama-2-7B-Chat on WebShop, ScienceWorld or InterCode-SQL with ETO's hyperparameters.
 
-Pick the environment after a colon and point `model.source` at your local Hugging Face checkpoint
-(nothing is downloaded):
+For GPUs. ETO's recipe (SFT 3 epochs at lr 2e-5, cosine, 3 % warmup, batch 64; DPO beta 0.1, lr 1e-6, 32 pairs
+a batch, 3 epochs a phase; 4,096 tokens) and the paper's iterations (3 for WebShop and ScienceWorld, 5 for
+InterCode-SQL). Pick the environment after a colon and point `model.source` at a local Hugging Face checkpoint
+(nothing is downloaded). Both 7B policies on one 80 GB GPU: LoRA, `--config.model.lora_rank=16`, the command
+in docs/memory_plan.md. ScienceWorld needs Java and the `sciworld` extra; WebShop its server package and ETO's
+expert file (`env.experts_path`).
 
-    python -m coevo_jax.main --config=configs/paper_llama2_7b.py:sciworld --workdir=/ckpt/coevo_sciworld \
+    python -m coevo_jax.main --config=configs/paper_llama2_7b.py:sciworld --workdir=/ckpt/coevo_sciworld \\
         --config.model.source=/models/Llama-2-7b-chat-hf
-
-ETO's recipe: SFT lr 2e-5, cosine, 3% warmup, 3 epochs, batch 64; DPO beta 0.1, lr 1e-6, batch 32 pairs,
-3 epochs per phase; max length 4096. Co-evolution iterations: 3 (WebShop, ScienceWorld), 5 (InterCode-SQL).
-WebShop needs the WebShop server package installed and ETO's expert file (`env.experts_path`).
-Both 7B policies on one 80 GB GPU: LoRA, `--config.model.lora_rank=16` and the rest of the command in
-docs/memory_plan.md.
 """
 
 from ml_collections import ConfigDict

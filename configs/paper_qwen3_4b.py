@@ -1,6 +1,6 @@
-"""The paper's setting with Qwen3-4B in place of Llama-2-7B-Chat (same recipe; see paper_llama2_7b.py).
+"""The paper's setting with Qwen3-4B in place of Llama-2-7B-Chat (same recipe and needs: paper_llama2_7b.py).
 
-    python -m coevo_jax.main --config=configs/paper_qwen3_4b.py:sql --workdir=/ckpt/coevo_sql_qwen3 \
+    python -m coevo_jax.main --config=configs/paper_qwen3_4b.py:sql --workdir=/ckpt/coevo_sql_qwen3 \\
         --config.model.source=/models/Qwen3-4B
 """
 

@@ -1,13 +1,10 @@
-"""SmolLM2-135M-Instruct (bundled GGUF, offline) on InterCode-SQL: SFT, RFT, ETO and co-evolving agents.
+"""SmolLM2-135M-Instruct (bundled GGUF, offline) on InterCode-SQL: SFT, RFT, ETO and co-evolution.
 
-Scaled down for 2 CPU cores (a SmolLM2 train step is ~22 s for 4 sequences there): 96 of the GPT-4 expert
-episodes for two SFT epochs at lr 1e-4 (on 16 held-out train tasks this SFT policy succeeds on 8 and submits
-within 2-7 steps; after one epoch at 2e-5 it never submitted: `bench/lora_vs_full_sft.py`, bench/README.md),
-one iteration exploring 32 train tasks, 6 DPO updates of 4 pairs per phase at lr 1e-6 (chosen on 16 held-out
-train tasks by `bench/dpo_lr_probe.py`: ETO's phase at 1e-6 kept 7 of the SFT policy's 8 successes, at 5e-6 3,
-and at 2e-5 the test episodes stopped submitting; bench/README.md), 32 tasks per test split. Full fine-tuning: on 2 cores it lowered the held-out experts' NLL 1.7x as much per CPU hour as
-LoRA r = 16. The paper runs 5 iterations on the whole split; on a GPU raise `iterations`, the task counts and
-the updates.
+Sized for one seed in about 1 h 45 min and 10 GB on 2 CPU cores: full fine-tuning, SFT for two epochs on 96
+GPT-4 expert episodes, one iteration exploring 32 train tasks, DPO phases of 6 updates of 4 pairs at lr 1e-6,
+32 tasks per test split. The paper runs 5 iterations on the whole split; on a GPU raise `iterations`, the task
+counts and the updates. Why each setting: docs/results.md#sql-with-smollm2. Needs only the package (SQLite,
+bundled data).
 
     python -m coevo_jax.main --config=configs/sql_smollm2.py --workdir=workdir_sql
 """
@@ -27,8 +24,7 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.min_bucket = 512
     # Steps of 256 tokens: SQL experts are 617 tokens on average, so power-of-two buckets would pad ~40 %.
     config.length_buckets = (512, 768, 1024, 1280, 1536, 2048)
-    # Two micro-batches a step: a DPO step of 4 pairs (8 sequences of up to 2,048 tokens) in one pass took the
-    # SQL job past 21.9 GB resident, and the kernel killed it (bench/README.md).
+    # Two micro-batches a step: one pass of 4 pairs ran out of memory (docs/results.md#sql-with-smollm2).
     config.num_microbatches = 2
     config.checkpoint_every_steps = 50
     config.log_every_steps = 5

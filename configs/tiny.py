@@ -1,18 +1,15 @@
 """The tiny run: a one-layer policy on 8 built-in train tasks (4 + 4 test tasks), one iteration.
 
-Seconds per stage on a CPU. The one small config of the repository: the tests' end-to-end runs
-(`tests/test_experiment.py`), the reproduction notebook's smoke budget (each with its
-own overrides) and the kill-and-resume drill use it.
+Seconds per stage on a CPU: the one small config, for the tests' end-to-end runs (`tests/test_experiment.py`),
+the reproduction notebook's smoke budget and the kill-and-resume drill, each with its own overrides. Like
+every config it starts from `default_config()`, so any field can be overridden with
+`--config.group.field=value`. Needs only the package.
 
     python -m coevo_jax.main --config=configs/tiny.py --workdir=workdir_tiny
     python -m coevo_jax.main --config=configs/tiny.py:drill --workdir=workdir_drill
 
-`drill` (run by `launch/kill_resume_drill.py`): SFT takes 4 updates and every DPO phase 5, with a
-mid-phase checkpoint every 2, so a kill at an update lands between two checkpoints and the resumed phase
-must redo the updates after the last committed one.
-
-Fields at their default value are written out too (an unset number as a typed placeholder), so that a
-test or a user can override them with `--config.x=y` on this locked config.
+`drill` (run by `launch/kill_resume_drill.py`): 5 updates in every DPO phase with a checkpoint every 2, so a
+kill lands between two checkpoints and the resumed phase must redo the updates after the last committed one.
 """
 
 from ml_collections import ConfigDict, config_dict

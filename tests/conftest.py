@@ -22,7 +22,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest
 
-from coevo_jax.models.bundled import smollm2_gguf_path as _smollm2_gguf_path
+from coevo_jax.checkpoint_formats.bundled import smollm2_gguf_path as _smollm2_gguf_path
 
 
 def smollm2_gguf_file() -> str | None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from coevo_jax.checkpoint_formats import load_pretrained
 from coevo_jax.data.chat_format import chat_format_for
-from coevo_jax.models import load_pretrained
 from coevo_jax.rollout import ModelActor, TurnCodec
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
 

@@ -1,19 +1,15 @@
 """The benchmarks' analytic counts (`bench/flops.py`) against the real model's parameters and KV cache."""
 
-import sys
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
 from flax import nnx
+from test_bench_scripts import bench_script
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import anchor  # noqa: E402
-import flops  # noqa: E402
+from coevo_jax.models import Decoder, ModelConfig, init_cache
 
-from coevo_jax.models import Decoder, ModelConfig  # noqa: E402
-from coevo_jax.models.kv_cache import init_cache  # noqa: E402
+flops = bench_script("flops")
+ANCHOR = bench_script("common").MODEL
 
 SMALL = dict(
     vocab_size=96,
@@ -45,7 +41,7 @@ def _matmul_shapes(model: dict) -> list[tuple[int, ...]]:
     return shapes
 
 
-@pytest.mark.parametrize("model", [SMALL, anchor.MODEL], ids=["small", "anchor"])
+@pytest.mark.parametrize("model", [SMALL, ANCHOR], ids=["small", "anchor"])
 def test_matmul_params_match_the_decoder(model):
     assert flops.matmul_params(model) == sum(int(np.prod(s)) for s in _matmul_shapes(model))
 

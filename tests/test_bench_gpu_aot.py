@@ -1,15 +1,10 @@
 """`bench/gpu_aot.py` on the CPU: its cases compile from abstract arguments, its target descriptions."""
 
-import sys
-from pathlib import Path
-
 import jax
 import pytest
+from test_bench_scripts import bench_script
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import gpu_aot  # noqa: E402
-import gpu_mfu  # noqa: E402
-import hlo_traffic  # noqa: E402
+gpu_aot, gpu_mfu, hlo_traffic = (bench_script(name) for name in ("gpu_aot", "gpu_mfu", "hlo_traffic"))
 
 
 @pytest.fixture

@@ -2,25 +2,20 @@
 
 import argparse
 import dataclasses
-import sys
-from pathlib import Path
 
 import jax.numpy as jnp
 import pytest
+from test_bench_scripts import bench_script
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import flops  # noqa: E402
-import gpu_mfu  # noqa: E402
-import op_profile  # noqa: E402
-import shapes  # noqa: E402
+from coevo_jax.train import ObjectiveConfig
 
-from coevo_jax.train import ObjectiveConfig  # noqa: E402
+common, flops, gpu_mfu, op_profile = (bench_script(n) for n in ("common", "flops", "gpu_mfu", "op_profile"))
 
 
 def test_the_smollm2_shape_is_the_bundled_ggufs():
     pytest.importorskip("gguf")
     try:
-        from_gguf = shapes.smollm2_config(jnp.bfloat16, remat=True)
+        from_gguf = common.smollm2_config(jnp.bfloat16, remat=True)
     except FileNotFoundError as error:
         pytest.skip(str(error))
     # the special token ids play no part in a step's shapes or cost

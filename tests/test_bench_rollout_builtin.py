@@ -1,17 +1,14 @@
 """`bench/rollout_builtin.py`'s `CallTimer`: device time of a sampler's calls by kind and cache window."""
 
-import sys
-from pathlib import Path
-
 import jax
 import numpy as np
 from flax import nnx
 from model_fixtures import KITCHEN_SINK, random_decoder
+from test_bench_scripts import bench_script
 
 from coevo_jax.sampling import Sampler, SamplingConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import rollout_builtin  # noqa: E402
+rollout_builtin = bench_script("rollout_builtin")
 
 
 def test_call_timer_counts_calls_windows_and_decode_steps():

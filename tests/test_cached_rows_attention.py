@@ -1,9 +1,11 @@
-"""Prefill attention read row chunk by row chunk from the stacked KV cache, against a float64 reference; with
-the CPU kernel off (XLA's path, as on accelerators and for bf16 caches) and on."""
+"""Attention over the stacked KV cache (`attend_cache`), row chunk by row chunk, against a float64 reference;
+in XLA's kernel set (as on accelerators, and for bf16 caches everywhere) and in the CPU set."""
 
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +13,10 @@ import numpy as np
 import pytest
 from seeds import fresh_seed
 
-from coevo_jax.models import cpu_kernels
-from coevo_jax.models.layers import attend_cached_rows
+from coevo_jax.models.kernels import CpuKernels, XlaKernels, cpu_ffi
+
+KERNEL_SETS = {"xla": XlaKernels("cpu"), "cpu": CpuKernels()}
+NO_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is None
 
 LAYERS, BATCH, KV_HEADS, GROUPS, DIM, LENGTH, SLOTS = 3, 4, 2, 2, 8, 5, 11
 
@@ -41,24 +45,22 @@ def _inputs(seed):
 
 @pytest.mark.parametrize("row_chunks", [1, 2, 4])
 @pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("kernels", ["0", "1"])
-def test_each_row_chunk_attends_its_own_rows_of_the_chosen_layer(
-    row_chunks, cache_dtype, kernels, monkeypatch
-):
-    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", kernels)
+@pytest.mark.parametrize("kernels", ["xla", "cpu"])
+def test_each_row_chunk_attends_its_own_rows_of_the_chosen_layer(row_chunks, cache_dtype, kernels):
+    if kernels == "cpu" and NO_COMPILER:
+        pytest.skip("no C++ compiler to build the CPU kernels")
     q, keys, values, allowed = _inputs(fresh_seed())
     keys_c, values_c = jnp.asarray(keys, cache_dtype), jnp.asarray(values, cache_dtype)
     # the reference sees the cache as stored (bf16-rounded) and computes in float64
     stored_keys, stored_values = np.asarray(keys_c, np.float64), np.asarray(values_c, np.float64)
-    # a fresh callable: jit would otherwise reuse a trace made under the other kernel setting
-    run = jax.jit(functools.partial(attend_cached_rows), static_argnums=5)
+    run = jax.jit(functools.partial(KERNEL_SETS[kernels].attend_cache), static_argnums=5)
     lowered = run.lower(
         jnp.asarray(q, jnp.float32), keys_c, values_c, jnp.int32(0), jnp.asarray(allowed), row_chunks
     )
-    # the kernel path where it applies (it needs a C++ compiler to build; without one XLA's path runs)
-    on_kernel = cpu_kernels.prefix_attention_applies(jnp.float32, cache_dtype, DIM)
-    assert on_kernel == (kernels == "1" and cache_dtype == jnp.float32 and cpu_kernels._registered())
-    assert (cpu_kernels.TARGET in lowered.as_text()) == on_kernel
+    # the CPU set's kernel where it serves: a float32 cache
+    on_kernel = KERNEL_SETS[kernels].reads_cache_in_place(jnp.float32, cache_dtype, DIM)
+    assert on_kernel == (kernels == "cpu" and cache_dtype == jnp.float32)
+    assert (cpu_ffi.TARGET in lowered.as_text()) == on_kernel
     for layer in range(LAYERS):
         got = run(
             jnp.asarray(q, jnp.float32), keys_c, values_c, jnp.int32(layer), jnp.asarray(allowed), row_chunks
@@ -71,4 +73,6 @@ def test_each_row_chunk_attends_its_own_rows_of_the_chosen_layer(
 def test_row_chunks_must_divide_the_batch():
     q, keys, values, allowed = _inputs(0)
     with pytest.raises(ValueError, match="row_chunks=3"):
-        attend_cached_rows(jnp.asarray(q), jnp.asarray(keys), jnp.asarray(values), 0, jnp.asarray(allowed), 3)
+        XlaKernels("cpu").attend_cache(
+            jnp.asarray(q), jnp.asarray(keys), jnp.asarray(values), 0, jnp.asarray(allowed), 3
+        )

@@ -9,7 +9,7 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax.models.causal_attention import causal_attention
-from coevo_jax.models.layers import attend
+from coevo_jax.models.kernels.xla import attend
 
 
 def _reference(q, k, v, key_mask):

@@ -8,7 +8,7 @@ from flax import nnx
 from train_fixtures import MESHES, SCALARS, TINY, fresh_state, mesh_of, placed, setup, sft_batch, to_numpy
 
 from coevo_jax import checkpoints
-from coevo_jax.models import load_pretrained
+from coevo_jax.checkpoint_formats import load_pretrained
 from coevo_jax.train.state import abstract_state, load_sharded, train_state_from_params
 
 

@@ -91,7 +91,8 @@ class ScriptedModel:
 
 
 def make_env():
-    return BuiltinEnv(num_train=30)
+    # the splits' sizes fix which tasks are train tasks: the scripted model's actions fit these (the pear)
+    return BuiltinEnv(num_train=30, num_test_seen=50, num_test_unseen=50, num_dev=50, num_dev_unseen=50)
 
 
 def test_the_llm_roles_end_to_end_give_a_verified_task_in_the_models_words(tmp_path):

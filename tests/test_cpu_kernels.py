@@ -1,6 +1,7 @@
-"""The hand-written CPU kernels (`models.cpu_kernels`: prefix attention, small-row matmul) against float64
-NumPy, where `dense` and the unembedding send their products, and the decode loop with the kernels against
-the decode loop on XLA's path."""
+"""The hand-written CPU kernels (`models.kernels.cpu_ffi`: prefix attention, small-row matmul, logit stats)
+against float64 NumPy; the CPU kernel set (`models.kernels.cpu.CpuKernels`): which operations it sends to
+them, and the decode loop with them against the decode loop on XLA's path; and where the kernel set is chosen
+(`models.kernels.resolve`)."""
 
 from __future__ import annotations
 
@@ -16,15 +17,19 @@ import pytest
 from flax import nnx
 from seeds import fresh_seed
 
-from coevo_jax.models import Decoder, ModelConfig, cpu_kernels, dense, layers
-from coevo_jax.models import decoder as decoder_module
+from coevo_jax.models import Decoder, ModelConfig, dense
+from coevo_jax.models.kernels import CpuKernels, XlaKernels, cpu, cpu_ffi, kernel_set, resolve
 from coevo_jax.models.kv_cache import place_chunk
-from coevo_jax.models.layers import attend_cached_rows
 from coevo_jax.sampling import Sampler, SamplingConfig
 
 pytestmark = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler to build the CPU kernels"
 )
+CPU, XLA = CpuKernels(), XlaKernels("cpu")
+SMALL = ModelConfig(
+    vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
+    head_dim=8, dtype="float32", param_dtype="float32",
+)  # fmt: skip
 
 
 def _reference(q_BxKxQxE, keys_BxKxExS, values_BxKxSxE, limits_BxT):
@@ -58,8 +63,8 @@ def test_prefix_attention_matches_float64(batch, kv_heads, groups, length, dim, 
     limits[0, 0] = slots  # the whole window
     if batch * length > 1:
         limits[-1, -1] = 0  # an empty prefix
-    assert cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, dim)
-    run = jax.jit(cpu_kernels.prefix_attention)
+    assert cpu.serves_attention(jnp.float32, jnp.float32, dim)
+    run = jax.jit(cpu_ffi.prefix_attention)
     for layer in range(layers):
         got = run(q, keys, values, layer, limits)
         expected = _reference(q, keys[layer].astype(np.float64), values[layer].astype(np.float64), limits)
@@ -70,12 +75,12 @@ def test_prefix_attention_refuses_an_out_of_range_layer():
     q, cache = np.zeros((1, 1, 1, 8), np.float32), np.zeros((2, 1, 1, 8, 4), np.float32)
     values = np.zeros((2, 1, 1, 4, 8), np.float32)
     with pytest.raises(Exception, match="layer index out of range"):
-        jax.block_until_ready(cpu_kernels.prefix_attention(q, cache, values, 2, np.ones((1, 1), np.int32)))
+        jax.block_until_ready(cpu_ffi.prefix_attention(q, cache, values, 2, np.ones((1, 1), np.int32)))
 
 
 @pytest.mark.parametrize("length", [1, 5])
 def test_cached_chunk_attention_reads_the_prefix_the_placement_allows(length):
-    # attend_cached_rows (on the kernel) against float64 attention under place_chunk's mask: a decode step
+    # the CPU set's attention over the cache (on the kernel) against float64 attention under place_chunk's mask: a decode step
     # (T = 1) and a left-padded chunk
     rng = np.random.default_rng(fresh_seed())
     layers, batch, kv_heads, groups, dim, slots = 2, 4, 2, 3, 16, 50
@@ -87,7 +92,7 @@ def test_cached_chunk_attention_reads_the_prefix_the_placement_allows(length):
     mask[3] = 0  # a row with nothing to append
     mask[1, : length // 2] = 0  # left padding
     allowed = place_chunk(lengths, jnp.asarray(mask), slots).allowed_BxTxS
-    got = jax.jit(attend_cached_rows, static_argnums=5)(q, keys, values, jnp.int32(1), allowed, 1)
+    got = jax.jit(CPU.attend_cache, static_argnums=5)(q, keys, values, jnp.int32(1), allowed, 1)
     limits = np.asarray(allowed).sum(-1)
     assert limits[0].tolist() == list(range(1, length + 1)) and limits[2, -1] == slots
     q_grouped = q.reshape(batch, length, kv_heads, groups, dim).transpose(0, 2, 3, 1, 4)
@@ -113,8 +118,8 @@ def test_small_matmul_matches_float64(rows, depth, features):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, depth)).astype(np.float32)
     w = rng.standard_normal((depth, features)).astype(np.float32)
-    assert cpu_kernels.small_matmul_applies(jnp.float32, jnp.float32, rows) == (rows <= 16)
-    got = np.asarray(jax.jit(cpu_kernels.small_matmul)(x, w))
+    assert cpu.serves_matmul(jnp.float32, jnp.float32, rows) == (rows <= 16)
+    got = np.asarray(jax.jit(cpu_ffi.small_matmul)(x, w))
     expected = x.astype(np.float64) @ w.astype(np.float64)
     bound = 1e-6 * np.sqrt(depth) * (np.abs(x) @ np.abs(w)).max()  # float32 sums of `depth` terms
     assert np.abs(got - expected).max() <= bound, f"seed {seed}"
@@ -131,11 +136,11 @@ def test_small_matmul_nt_matches_float64(rows, depth, features):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, depth)).astype(np.float32)
     w = rng.standard_normal((features, depth)).astype(np.float32)
-    got = np.asarray(jax.jit(cpu_kernels.small_matmul_nt)(x, w))
+    got = np.asarray(jax.jit(cpu_ffi.small_matmul_nt)(x, w))
     expected = x.astype(np.float64) @ w.astype(np.float64).T
     bound = 1e-6 * np.sqrt(max(depth, 1)) * (np.abs(x) @ np.abs(w).T).max(initial=0)
     assert got.shape == (rows, features) and np.abs(got - expected).max() <= bound, f"seed {seed}"
-    leading = jax.jit(cpu_kernels.small_matmul_nt)(x.reshape(1, rows, 1, depth), w)
+    leading = jax.jit(cpu_ffi.small_matmul_nt)(x.reshape(1, rows, 1, depth), w)
     np.testing.assert_array_equal(np.asarray(leading).reshape(rows, features), got)
 
 
@@ -144,10 +149,10 @@ def test_small_matmul_keeps_leading_axes_and_runs_under_vmap():
     x = rng.standard_normal((3, 2, 4, 24)).astype(np.float32)
     w = rng.standard_normal((24, 40)).astype(np.float32)
     expected = x.astype(np.float64) @ w.astype(np.float64)
-    got = jax.jit(cpu_kernels.small_matmul)(x[0], w)
+    got = jax.jit(cpu_ffi.small_matmul)(x[0], w)
     assert got.shape == (2, 4, 40)
     np.testing.assert_allclose(np.asarray(got), expected[0], atol=1e-5, err_msg=f"seed {seed}")
-    batched = jax.jit(jax.vmap(cpu_kernels.small_matmul, in_axes=(0, None)))(x, w)
+    batched = jax.jit(jax.vmap(cpu_ffi.small_matmul, in_axes=(0, None)))(x, w)
     np.testing.assert_allclose(np.asarray(batched), expected, atol=1e-5, err_msg=f"seed {seed}")
 
 
@@ -158,7 +163,7 @@ def test_small_matmul_reads_one_layer_of_a_stack_in_place():
     for depth, features in [(24, 40), (16, 1100)]:
         x = rng.standard_normal((5, depth)).astype(np.float32)
         w = rng.standard_normal((3, depth, features)).astype(np.float32)
-        product = jax.jit(cpu_kernels.small_matmul)
+        product = jax.jit(cpu_ffi.small_matmul)
         for layer in range(3):
             expected = x.astype(np.float64) @ w[layer].astype(np.float64)
             got = np.asarray(product(x, w, layer))
@@ -167,18 +172,16 @@ def test_small_matmul_reads_one_layer_of_a_stack_in_place():
             jax.block_until_ready(product(x, w, 3))
 
 
-def test_decode_weights_stay_in_the_stack_where_the_kernel_serves(monkeypatch):
-    cfg = ModelConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
-        head_dim=8, dtype="float32", param_dtype="float32",
-    )  # fmt: skip
+def test_decode_weights_stay_in_the_stack_where_the_kernel_serves():
+    cfg = SMALL
     model = Decoder(cfg, rngs=nnx.Rngs(seed := fresh_seed()))
+    assert isinstance(model.kernels, CpuKernels)
     stacked_leaves = lambda weights: [
         "/".join(str(getattr(key, "key", key)) for key in path)
         for path, leaf in jax.tree_util.tree_leaves_with_path(
-            weights, is_leaf=lambda leaf: isinstance(leaf, dense.StackedLayer)
+            weights, is_leaf=lambda leaf: isinstance(leaf, cpu.StackedLayer)
         )
-        if isinstance(leaf, dense.StackedLayer)
+        if isinstance(leaf, cpu.StackedLayer)
     ]
     kernels = ["attn/k_kernel", "attn/o_kernel", "attn/q_kernel", "attn/v_kernel"]
     kernels += ["mlp/down_kernel", "mlp/gate_kernel", "mlp/up_kernel"]
@@ -193,20 +196,21 @@ def test_decode_weights_stay_in_the_stack_where_the_kernel_serves(monkeypatch):
     for layer in range(cfg.num_layers):
         for kernel in in_place[layer]["mlp"].values():
             x = jnp.asarray(rng.standard_normal((3, 1, kernel.shape[0])), jnp.float32)
-            want = dense.dense(x, kernel.sliced())
-            np.testing.assert_array_equal(np.asarray(jax.jit(dense.dense)(x, kernel)), np.asarray(want))
+            want = dense.dense(x, kernel.sliced(), CPU)
+            got = jax.jit(dense.dense, static_argnums=2)(x, kernel, CPU)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     # where the kernel does not serve, a StackedLayer is sliced and multiplied by XLA
     too_many = jnp.ones((17, 32), jnp.float32)
     kernel = in_place[0]["mlp"]["gate_kernel"]
     np.testing.assert_allclose(
-        np.asarray(dense.dense(too_many, kernel)),
+        np.asarray(dense.dense(too_many, kernel, CPU)),
         np.asarray(too_many) @ np.asarray(kernel.sliced()),
         atol=1e-5,
     )
     with pytest.raises(TypeError, match=r"supports \[...\] only"):
         kernel[0]
-    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", "0")
-    assert stacked_leaves(model.layer_weights(rows=16)) == []
+    xla_model = Decoder(cfg.replace(kernels="xla"), rngs=nnx.Rngs(seed))  # XLA's set: slices only
+    assert stacked_leaves(xla_model.layer_weights(rows=16)) == []
 
 
 def test_dense_and_the_unembedding_send_few_float32_rows_to_the_kernel(monkeypatch):
@@ -214,16 +218,18 @@ def test_dense_and_the_unembedding_send_few_float32_rows_to_the_kernel(monkeypat
 
     def counted(x, w):
         calls.append(x.shape)
-        return cpu_kernels.small_matmul(x, w)
+        return small_matmul(x, w)
 
-    monkeypatch.setattr(dense, "small_matmul", counted)
+    small_matmul = cpu_ffi.small_matmul
+    monkeypatch.setattr(cpu_ffi, "small_matmul", counted)
     x, w = jnp.ones((2, 8, 32), jnp.float32), jnp.ones((32, 5), jnp.float32)
-    jax.eval_shape(dense.dense, x, w)  # 16 rows
-    jax.eval_shape(dense.dense, jnp.ones((17, 32), jnp.float32), w)  # one row too many
-    jax.eval_shape(dense.dense, x.astype(jnp.bfloat16), w)  # bf16: XLA's bf16 product
+    product = lambda x, w: dense.dense(x, w, CPU)
+    jax.eval_shape(product, x, w)  # 16 rows
+    jax.eval_shape(product, jnp.ones((17, 32), jnp.float32), w)  # one row too many
+    jax.eval_shape(product, x.astype(jnp.bfloat16), w)  # bf16: XLA's bf16 product
     assert calls == [(2, 8, 32)]
     with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((2,), ("data",))):
-        jax.eval_shape(dense.dense, x, w)  # sharded operands: XLA's path, which SPMD partitions
+        jax.eval_shape(product, x, w)  # sharded operands: XLA's path, which SPMD partitions
     assert len(calls) == 1
     # the unembedding at a decode step's rows: an untied model's through `small_matmul`, a tied model's table
     # through `small_matmul_nt`
@@ -231,9 +237,10 @@ def test_dense_and_the_unembedding_send_few_float32_rows_to_the_kernel(monkeypat
 
     def counted_nt(x, w):
         transposed_calls.append(x.shape)
-        return cpu_kernels.small_matmul_nt(x, w)
+        return small_matmul_nt(x, w)
 
-    monkeypatch.setattr(decoder_module, "small_matmul_nt", counted_nt)
+    small_matmul_nt = cpu_ffi.small_matmul_nt
+    monkeypatch.setattr(cpu_ffi, "small_matmul_nt", counted_nt)
     hidden = np.random.default_rng(seed := fresh_seed()).standard_normal((4, 1, 16)).astype(np.float32)
     for tied, expected_calls in [(False, 2), (True, 2)]:
         cfg = ModelConfig(
@@ -248,18 +255,22 @@ def test_dense_and_the_unembedding_send_few_float32_rows_to_the_kernel(monkeypat
 
 
 def _greedy(model, prompts, kernels: str, monkeypatch):
-    """Greedy tokens and log-probs of a fresh sampler (fresh programs, traced under `kernels`), and how many
+    """Greedy tokens and log-probs of a fresh sampler of `model` with the kernel set `kernels`, and how many
     attention calls its programs sent to the kernel."""
-    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", kernels)
     calls = []
+    prefix_attention = cpu_ffi.prefix_attention
 
     def counted(*args):
         calls.append(1)
-        return cpu_kernels.prefix_attention(*args)
+        return prefix_attention(*args)
 
-    monkeypatch.setattr(layers, "prefix_attention", counted)
-    sampler, params = Sampler.for_model(
-        model, batch_size=len(prompts), cache_len=96, sampling=SamplingConfig(max_new_tokens=40)
+    monkeypatch.setattr(cpu_ffi, "prefix_attention", counted)
+    params = nnx.to_pure_dict(nnx.state(model))
+    sampler = Sampler(
+        model.config.replace(kernels=kernels),
+        batch_size=len(prompts),
+        cache_len=96,
+        sampling=SamplingConfig(max_new_tokens=40),
     )
     logits, cache = sampler.prefill(params, sampler.init_cache(), prompts, [0] * len(prompts))
     follow_up = [[3, 4, 5, 6, 7]] * len(prompts)  # a cached chunk after the fresh prompt
@@ -269,14 +280,11 @@ def _greedy(model, prompts, kernels: str, monkeypatch):
 
 
 def test_decode_with_the_kernel_matches_xlas_path(monkeypatch):
-    cfg = ModelConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
-        head_dim=8, dtype="float32", param_dtype="float32",
-    )  # fmt: skip
+    cfg = SMALL
     model = Decoder(cfg, rngs=nnx.Rngs(fresh_seed()))
     prompts = [[1, 2, 3, 4, 5], [7] * 30, [9, 8]]
-    tokens_xla, logprobs_xla, calls_xla = _greedy(model, prompts, "0", monkeypatch)
-    tokens_kernel, logprobs_kernel, calls_kernel = _greedy(model, prompts, "1", monkeypatch)
+    tokens_xla, logprobs_xla, calls_xla = _greedy(model, prompts, "xla", monkeypatch)
+    tokens_kernel, logprobs_kernel, calls_kernel = _greedy(model, prompts, "cpu", monkeypatch)
     # traced once each: the fresh prompt's and the cached chunk's scanned layer (a fresh prompt attends through
     # the cache when the kernel serves it), the decode step's unrolled layers
     assert calls_xla == 0 and calls_kernel == 2 + cfg.num_layers
@@ -290,7 +298,7 @@ def test_logit_stats_match_float64(rows, vocab):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, vocab)) * rng.uniform(0.5, 30)).astype(np.float32)
     expected_lse = _float64_logsumexp(x)
-    argmax, lse = jax.jit(cpu_kernels.logit_stats)(x)
+    argmax, lse = jax.jit(cpu_ffi.logit_stats)(x)
     assert argmax.dtype == jnp.int32 and lse.dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(argmax), np.argmax(x, axis=-1), err_msg=f"seed {seed}")
     np.testing.assert_allclose(np.asarray(lse), expected_lse, rtol=1e-6, atol=1e-6, err_msg=f"seed {seed}")
@@ -310,44 +318,63 @@ def test_logit_stats_ties_infinities_nans_and_leading_axes():
          [2, 2, 2, 2, 2], [-100, -200, -300, -400, -500]],
         np.float32,
     )  # fmt: skip
-    argmax, lse = cpu_kernels.logit_stats(x)
+    argmax, lse = cpu_ffi.logit_stats(x)
     np.testing.assert_array_equal(np.asarray(argmax), [1, 0, 0, 1, 1, 0, 0])  # jnp.argmax's, NaN largest
     expected = _float64_logsumexp(x)  # NaN for the NaN row; the rows of -inf and of +inf set apart:
     expected[2], expected[3] = -inf, inf  # log 0 and log inf, where x - max is NaN
     np.testing.assert_allclose(np.asarray(lse), expected, rtol=1e-6)
     stacked = np.stack([x, x[::-1]])  # leading axes beyond one, and vmap
-    argmax, lse = jax.vmap(cpu_kernels.logit_stats)(stacked)
+    argmax, lse = jax.vmap(cpu_ffi.logit_stats)(stacked)
     np.testing.assert_array_equal(
         np.asarray(argmax), np.stack([[1, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0, 1]])
     )
     np.testing.assert_allclose(np.asarray(lse)[1], expected[::-1], rtol=1e-6)
-    assert cpu_kernels.logit_stats(stacked)[0].shape == (2, 7)
+    assert cpu_ffi.logit_stats(stacked)[0].shape == (2, 7)
 
 
-def test_logit_stats_serve_float32_only(monkeypatch):
-    assert cpu_kernels.logit_stats_applies(jnp.float32)
-    assert not cpu_kernels.logit_stats_applies(jnp.bfloat16)
-    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", "0")
-    assert not cpu_kernels.logit_stats_applies(jnp.float32)
+def test_logit_stats_serve_float32_only():
+    def lowered(kernels, dtype):
+        return jax.jit(kernels.argmax_and_log_normaliser).lower(jnp.zeros((2, 300), dtype)).as_text()
+
+    assert cpu_ffi.LOGIT_STATS_TARGET in lowered(CPU, jnp.float32)
+    assert cpu_ffi.LOGIT_STATS_TARGET not in lowered(CPU, jnp.bfloat16)
+    assert cpu_ffi.LOGIT_STATS_TARGET not in lowered(XLA, jnp.float32)
 
 
-def test_kernels_off_or_other_dtypes_keep_xlas_path(monkeypatch):
-    assert not cpu_kernels.prefix_attention_applies(jnp.bfloat16, jnp.float32, 32)
-    assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.bfloat16, 32)
-    assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, cpu_kernels.MAX_HEAD_DIM + 1)
+def test_other_dtypes_and_sharded_operands_keep_xlas_path():
+    assert not cpu.serves_attention(jnp.bfloat16, jnp.float32, 32)
+    assert not cpu.serves_attention(jnp.float32, jnp.bfloat16, 32)
+    assert not cpu.serves_attention(jnp.float32, jnp.float32, cpu_ffi.MAX_HEAD_DIM + 1)
     two_devices = jax.sharding.AbstractMesh((2,), ("data",))
     with jax.sharding.use_abstract_mesh(two_devices):  # a sharded cache: XLA's path, which SPMD partitions
-        assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, 32)
+        assert not cpu.serves_attention(jnp.float32, jnp.float32, 32)
+        assert not CPU.reads_cache_in_place(jnp.float32, jnp.float32, 32)
     with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("data",))):
-        assert cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, 32)
-    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", "0")
-    assert not cpu_kernels.prefix_attention_applies(jnp.float32, jnp.float32, 32)
+        assert cpu.serves_attention(jnp.float32, jnp.float32, 32)
+    assert not XLA.reads_cache_in_place(jnp.float32, jnp.float32, 32)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="resolves 'auto' on a CPU backend")
+def test_the_kernel_set_is_chosen_once_where_the_decoder_is_built(monkeypatch):
+    model = Decoder(SMALL, rngs=nnx.Rngs(0))
+    assert (model.config.platform, model.config.kernels) == ("cpu", "cpu")
+    assert model.kernels == kernel_set(model.config) == CPU
+    assert resolve(model.config) is model.config  # resolved once: nothing left to resolve
+    with pytest.raises(ValueError, match="unresolved"):
+        kernel_set(SMALL)
+    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", "0")  # read where a decoder is built, not while tracing
+    assert resolve(SMALL).kernels == "xla" and resolve(SMALL.replace(kernels="cpu")).kernels == "cpu"
+    assert model.kernels == CPU  # a decoder built before keeps its kernels
+    # a program for another platform: XLA's set, whatever this machine has
+    assert resolve(SMALL.replace(platform="gpu")).kernels == "xla"
+    with pytest.raises(ValueError, match="kernels='cpu' runs on the CPU"):
+        resolve(SMALL.replace(platform="gpu", kernels="cpu"))
 
 
 def test_a_missing_compiler_warns_and_leaves_the_kernel_off(caplog, tmp_path, monkeypatch):
     monkeypatch.setenv("COEVO_JAX_KERNEL_DIR", str(tmp_path))
-    with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
-        assert not cpu_kernels._load_and_register(str(tmp_path / "no-such-compiler"))
+    with caplog.at_level(logging.WARNING, logger=cpu_ffi.__name__):
+        assert not cpu_ffi._load_and_register(str(tmp_path / "no-such-compiler"))
     assert "CPU kernels unavailable" in caplog.text
     assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
 
@@ -356,6 +383,6 @@ def test_concurrent_builds_give_one_complete_library(tmp_path, monkeypatch):
     monkeypatch.setenv("COEVO_JAX_KERNEL_DIR", str(tmp_path))
     compiler = os.environ.get("CXX", "c++")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        paths = list(pool.map(lambda _: cpu_kernels._build(compiler), range(2)))
+        paths = list(pool.map(lambda _: cpu_ffi._build(compiler), range(2)))
     assert paths[0] == paths[1] and [p.name for p in tmp_path.iterdir()] == [paths[0].name]
-    assert paths[0].stat().st_size > 0 and cpu_kernels._build(compiler) == paths[0]  # reused, not rebuilt
+    assert paths[0].stat().st_size > 0 and cpu_ffi._build(compiler) == paths[0]  # reused, not rebuilt

@@ -19,7 +19,7 @@ from coevo_jax.data.pairs import (
     build_target_pairs,
 )
 from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory, read_trajectories, write_trajectories
-from coevo_jax.models.gguf_tokenizer import load_gguf_tokenizer
+from coevo_jax.tokenization.gguf import load_gguf_tokenizer
 
 RECORDS = os.path.join(os.path.dirname(__file__), "data", "eto_records.jsonl")
 EF, ET, FF = EXPERT_VS_FAILURE, EXPERT_VS_TARGET, FAILURE_VS_FAILURE

@@ -12,9 +12,10 @@ import tensorflow_datasets as tfds
 from coevo_jax.data import tfds_builders
 from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import build_target_pairs
-from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.records import TokenTrace, Trajectory, read_trajectories
 from coevo_jax.data.tfds_builders import (
     read_pairs_dataset,
+    read_preference_dataset,
     read_trajectories_dataset,
     write_pairs_dataset,
     write_trajectories_dataset,
@@ -31,7 +32,7 @@ def real_trajectories():
 def test_trajectories_round_trip(tmp_path):
     trajectories = real_trajectories()
     version_dir = write_trajectories_dataset({"train": trajectories[3:], "icl": trajectories[:3]}, tmp_path)
-    assert version_dir == os.fspath(tmp_path / "coevo_trajectories" / "1.1.0")
+    assert version_dir == os.fspath(tmp_path / "coevo_trajectories" / "1.2.0")
     assert any(name.startswith("coevo_trajectories-train.array_record") for name in os.listdir(version_dir))
     assert read_trajectories_dataset(version_dir, "train") == trajectories[3:]  # order and values kept
     assert read_trajectories_dataset(version_dir, "icl") == trajectories[:3]
@@ -84,7 +85,7 @@ def test_a_non_finite_reward_is_refused_naming_dataset_record_and_field(tmp_path
     monkeypatch.setattr(tfds_builders, "encode_trajectory", corrupt_second)
     version_dir = write_trajectories_dataset({"train": trajectories}, tmp_path)
     with pytest.raises(
-        DataFormatError, match=r"coevo_trajectories/1.1.0 \[train\]: record 1: field 'reward'"
+        DataFormatError, match=r"coevo_trajectories/1.2.0 \[train\]: record 1: field 'reward'"
     ):
         read_trajectories_dataset(version_dir, "train")
 
@@ -147,3 +148,24 @@ def test_fresh_interpreter_builds_and_reads_without_importing_tensorflow(tmp_pat
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("OK 10")
+
+
+def test_a_pair_split_keeps_its_report_and_a_sampled_trajectory_its_token_trace(tmp_path):
+    """A `PreferenceDataset` split reads back whole (`read_preference_dataset`: pairs and build report, what a
+    DPO phase trains on); a split of plain pairs has no report to give; token traces come back exactly."""
+    expert = next(t for t in real_trajectories() if t.traj_id == "intercode_sql_0_gpt-4")
+    trace = TokenTrace((5, 6, 7, 8), ((1, 2), (3, 4)), (-0.1 - 0.2, -1 / 3))
+    sampled = dict(prompt_len=3, iteration=1, tokens=trace)
+    target = Trajectory("sql0_tgt", expert.task_id, expert.messages[:6], 0.25, "target", **sampled)
+    built = build_target_pairs([expert], [target], [])
+    version_dir = write_pairs_dataset({"built": built, "plain": list(built)}, tmp_path)
+    back = read_preference_dataset(version_dir, "built")
+    assert back.pairs == built.pairs and back.report == built.report
+    assert back.pairs[0].rejected.tokens == trace and back.pairs[0].chosen.tokens is None
+    with pytest.raises(ValueError, match=r"\[plain\]: no dataset report saved with this split"):
+        read_preference_dataset(version_dir, "plain")
+    assert read_pairs_dataset(version_dir, "plain") == list(built)
+    with pytest.raises(ValueError, match=r"1.2.0: no split 'train' \(its splits: built, plain\)"):
+        read_pairs_dataset(version_dir)
+    with pytest.raises(ValueError, match="a coevo_preference_pairs dataset, not coevo_trajectories"):
+        read_trajectories_dataset(version_dir, "built")

@@ -18,9 +18,9 @@ from model_fixtures import KITCHEN_SINK, padded_batch, random_decoder
 from seeds import fresh_seed
 from test_causal_attention import _reference
 
-from coevo_jax.models import decoder as decoder_module
-from coevo_jax.models import fused_attention
+from coevo_jax.models import blocks, fused_attention
 from coevo_jax.models.causal_attention import causal_attention
+from coevo_jax.models.kernels import resolve
 
 
 def test_prefix_lengths_counts_keys_and_detects_right_padding_only():
@@ -136,15 +136,16 @@ def test_fused_dispatch_keeps_only_the_fused_branch_residuals():
     assert set(extra) <= operands, f"residuals beyond the fused branch's and the operands: {extra}"
 
 
-def test_uses_fused_by_choice_backend_and_shape():
-    on_cpu = jax.default_backend() == "cpu"
-    assert fused_attention.uses_fused("cudnn", jnp.float32, 64)
-    assert not fused_attention.uses_fused("blocked", jnp.bfloat16, 64)
-    assert fused_attention.uses_fused("auto", jnp.bfloat16, 64) == (not on_cpu)
-    assert not fused_attention.uses_fused("auto", jnp.float32, 64)  # cuDNN's kernel is bf16/fp16
-    assert not fused_attention.uses_fused("auto", jnp.bfloat16, 160)
+def test_uses_fused_by_choice_platform_and_shape():
+    assert fused_attention.uses_fused("cudnn", jnp.float32, 64, "cpu")
+    assert not fused_attention.uses_fused("blocked", jnp.bfloat16, 64, "gpu")
+    assert fused_attention.uses_fused("auto", jnp.bfloat16, 64, "gpu")
+    assert not fused_attention.uses_fused("auto", jnp.bfloat16, 64, "cpu")
+    assert not fused_attention.uses_fused("auto", jnp.bfloat16, 64, "tpu")
+    assert not fused_attention.uses_fused("auto", jnp.float32, 64, "gpu")  # cuDNN's kernel is bf16/fp16
+    assert not fused_attention.uses_fused("auto", jnp.bfloat16, 160, "gpu")
     with pytest.raises(ValueError, match="attention='flash'"):
-        fused_attention.uses_fused("flash", jnp.bfloat16, 64)
+        fused_attention.uses_fused("flash", jnp.bfloat16, 64, "gpu")
     with pytest.raises(ValueError, match="attention='flash'"):
         KITCHEN_SINK.replace(attention="flash")
 
@@ -164,11 +165,11 @@ TOL = dict(rtol=1e-3, atol=1e-4)
 )
 def test_decoder_full_forward_through_the_fused_dispatch_equals_block_wise(monkeypatch, sides, right_padded):
     seed = fresh_seed()
-    monkeypatch.setattr(decoder_module, "_FUSED_IMPLEMENTATION", "xla")
+    monkeypatch.setattr(blocks, "_FUSED_IMPLEMENTATION", "xla")
     traced = []  # the layer scan traces its block once per program
-    dispatch = decoder_module.fused_causal_attention
+    dispatch = blocks.fused_causal_attention
     monkeypatch.setattr(
-        decoder_module, "fused_causal_attention", lambda *a, **kw: traced.append(1) or dispatch(*a, **kw)
+        blocks, "fused_causal_attention", lambda *a, **kw: traced.append(1) or dispatch(*a, **kw)
     )
     ids, mask = padded_batch(list(zip((9, 6, 11), sides, strict=True)), 11, seed=seed % 991)
     ids, mask = jnp.asarray(ids), jnp.asarray(mask)
@@ -215,9 +216,19 @@ def test_decoder_full_forward_through_the_fused_dispatch_equals_block_wise(monke
 )
 def test_auto_picks_cudnn_on_nvidia_gpus_from_ampere_on(monkeypatch, backend, kind, capability, expected):
     class FakeDevice:
+        platform = backend
         device_kind = kind
         compute_capability = capability
 
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
     monkeypatch.setattr(jax, "devices", lambda *a: [FakeDevice()])
-    assert fused_attention.uses_fused("auto", jnp.bfloat16, 64) == expected
+    cfg = resolve(KITCHEN_SINK.replace(dtype="bfloat16", kernels="xla"))  # as the decoder resolves it
+    assert cfg.platform == backend
+    assert fused_attention.uses_fused(cfg.attention, cfg.dtype, cfg.head_dim, cfg.platform) == expected
+
+
+def test_a_gpu_program_compiled_on_a_cpu_attends_block_wise_unless_told():
+    # the device cannot say which GPU the program is for: 'auto' takes the block-wise path, 'cudnn' stays
+    for attention, expected in [("auto", "blocked"), ("cudnn", "cudnn"), ("blocked", "blocked")]:
+        cfg = resolve(KITCHEN_SINK.replace(platform="gpu", attention=attention))
+        assert (cfg.platform, cfg.kernels, cfg.attention) == ("gpu", "xla", expected)

@@ -10,8 +10,8 @@ import gguf
 import numpy as np
 import pytest
 
-from coevo_jax.models.gguf import read_gguf, unpermute_rotary_rows
-from coevo_jax.models.gguf_tokenizer import load_gguf_tokenizer
+from coevo_jax.checkpoint_formats.gguf import read_gguf, unpermute_rotary_rows
+from coevo_jax.tokenization.gguf import load_gguf_tokenizer
 
 # Texts where a run of whitespace never precedes a digit: there transformers' GGUF tokenizer (plain GPT-2
 # split) and llama.cpp's "smollm" split (digits first) agree, so ids must be equal as they are.
@@ -256,7 +256,7 @@ def test_nnx_decoder_from_gguf_matches_torch_and_answers_paris(smollm2_gguf_path
     import torch
     from flax import nnx
 
-    from coevo_jax.models import load_pretrained
+    from coevo_jax.checkpoint_formats import load_pretrained
 
     model, tokenizer = load_pretrained(smollm2_gguf_path)
     prompt = tokenizer.encode(PARIS_PROMPT)

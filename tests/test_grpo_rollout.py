@@ -18,9 +18,9 @@ from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.records import Message, TokenTrace, Trajectory, parse_record, read_trajectories
 from coevo_jax.envs import make
 from coevo_jax.models import Decoder
-from coevo_jax.models.tokenizer_training import train_tokenizer_for_trajectories
 from coevo_jax.rollout import ModelActor, RolloutConfig, ScriptedActor, TurnCodec, run_rollouts
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig, sample_with_logprobs
+from coevo_jax.tokenization.training import train_tokenizer_for_trajectories
 from coevo_jax.train.objectives import token_logprobs
 
 TEMPERATURE = 0.9

@@ -1,4 +1,7 @@
-"""The package's import graph, read from the source: no import cycle, and environments import nothing above them.
+"""The package's import graph, read from the source: no import cycle, and the layering holds: environments
+import nothing above them; the network (`models`) imports nothing outside itself, and inside it only the
+kernel set chooses the platform-specific kernels; checkpoint formats and tokenizers import only what they
+read and write; the paper's losses stay plain JAX.
 
 Every `import` statement counts, those inside functions and under `TYPE_CHECKING` too, so a cycle cannot hide
 behind a deferred import. `from package import name` counts as importing the submodule `name` when there is one.
@@ -12,6 +15,45 @@ import coevo_jax
 ROOT = pathlib.Path(coevo_jax.__file__).parent
 # What the environments may import from coevo_jax: themselves, trajectory data and the ReAct format.
 ENVS_MAY_IMPORT = ("coevo_jax.envs", "coevo_jax.data", "coevo_jax.react")
+# What each layer may import from coevo_jax, by module-name prefix (itself always).
+MAY_IMPORT = {
+    # the network: nothing of checkpoints, tokenizers, sampling, training or the experiment
+    "coevo_jax.models": ("coevo_jax.models",),
+    # the kernel set sits under the network: the config, the layers, the cache and the differentiable product
+    # whose forward and backward it computes; never the decoder above it
+    "coevo_jax.models.kernels": (
+        "coevo_jax.models.kernels",
+        "coevo_jax.models.config",
+        "coevo_jax.models.dense",
+        "coevo_jax.models.layers",
+        "coevo_jax.models.kv_cache",
+    ),
+    # the differentiable product takes the kernel set as an argument, and imports nothing
+    "coevo_jax.models.dense": (),
+    # the KV cache is plain data: it knows no model (nor the token shift)
+    "coevo_jax.models.kv_cache": (),
+    # checkpoint formats read and write the decoder's parameters: its config, the decoder, its LoRA sites
+    "coevo_jax.checkpoint_formats": (
+        "coevo_jax.checkpoint_formats",
+        "coevo_jax.tokenization",
+        "coevo_jax.models.config",
+        "coevo_jax.models.decoder",
+        "coevo_jax.models.lora",
+    ),
+    # tokenizers know text and trajectories, not the network
+    "coevo_jax.tokenization": ("coevo_jax.tokenization", "coevo_jax.data.records"),
+    # the paper's equations and their chunked log-probs: plain JAX
+    "coevo_jax.losses": ("coevo_jax.chunked_logprobs",),
+    "coevo_jax.chunked_logprobs": (),
+    # sampling runs the network on the data's buckets and meshes, below rollout and training
+    "coevo_jax.sampling": (
+        "coevo_jax.decode_loop",
+        "coevo_jax.models",
+        "coevo_jax.data",
+        "coevo_jax.sharding",
+    ),
+    "coevo_jax.decode_loop": ("coevo_jax.models", "coevo_jax.sharding"),
+}
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -102,3 +144,44 @@ def test_environments_import_nothing_above_them():
         if not module.startswith(ENVS_MAY_IMPORT)
     }
     assert upward == set()
+
+
+def _layer(name: str) -> str | None:
+    """The most specific `MAY_IMPORT` layer that module `name` belongs to."""
+    layers = [layer for layer in MAY_IMPORT if name == layer or name.startswith(layer + ".")]
+    return max(layers, key=len, default=None)
+
+
+def test_each_layer_imports_only_what_it_may():
+    graph = _graph()
+    assert {_layer(name) for name in graph} >= set(MAY_IMPORT)  # every layer was read
+    upward = {
+        (name, module)
+        for name, imported in graph.items()
+        if (layer := _layer(name)) is not None
+        for module in imported
+        if module != layer
+        and not module.startswith(layer + ".")
+        and not any(module == ok or module.startswith(ok + ".") for ok in MAY_IMPORT[layer])
+    }
+    assert upward == set()
+
+
+def test_only_the_kernel_set_reaches_the_cpu_kernels():
+    # the rest of the code asks `models.kernels` (one method per operation), never the kernels themselves
+    inside = "coevo_jax.models.kernels."
+    reaching = {
+        name
+        for name, imported in _graph().items()
+        if not name.startswith("coevo_jax.models.kernels")
+        and any(module.startswith(inside) for module in imported)
+    }
+    assert reaching == set()
+
+
+def test_the_token_shift_is_confined_to_the_decoder():
+    graph = _graph()
+    users = {name for name, imported in graph.items() if "coevo_jax.models.token_shift" in imported}
+    assert users == {"coevo_jax.models.decoder"}
+    assert "token_shift" not in (ROOT / "models" / "kv_cache.py").read_text()
+    assert "token_ids" not in (ROOT / "sampling.py").read_text()

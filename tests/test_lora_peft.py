@@ -21,7 +21,7 @@ from model_fixtures import (
     with_random_adapters,
 )
 
-from coevo_jax.models import CheckpointError, load_pretrained, save_adapter, save_pretrained
+from coevo_jax.checkpoint_formats import CheckpointError, load_pretrained, save_adapter, save_pretrained
 
 BATCH = padded_batch([(12, "right"), (7, "right"), (9, "left"), (3, "left")], total_len=12, seed=5)
 FAMILIES = ["llama2", "qwen3"]  # plain attention, and q/k norm after the adapted projections

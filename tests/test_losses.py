@@ -10,7 +10,7 @@ import pytest
 from jax.test_util import check_grads
 from seeds import fresh_seed
 
-from coevo_jax import losses
+from coevo_jax import chunked_logprobs, losses
 
 RTOL = 1e-5
 
@@ -209,12 +209,14 @@ def test_gradient_of_logprobs_is_zero_off_the_mask():
     assert np.all(off_mask == 0.0), f"seed={seed}"
 
 
-@pytest.mark.parametrize("keep_bound", [0, losses.KEEP_LOGITS_MAX_BYTES], ids=["recomputed", "kept"])
+@pytest.mark.parametrize(
+    "keep_bound", [0, chunked_logprobs.KEEP_LOGITS_MAX_BYTES], ids=["recomputed", "kept"]
+)
 @pytest.mark.parametrize("chunk_size", [1, 5, 64])
 def test_chunked_logprobs_from_hidden_equal_unchunked(chunk_size, keep_bound, monkeypatch):
     """With no logits kept (bound 0) the chunks are real; with the default bound these small logits are kept
     and computed in one chunk whatever `chunk_size`."""
-    monkeypatch.setattr(losses, "KEEP_LOGITS_MAX_BYTES", keep_bound)
+    monkeypatch.setattr(chunked_logprobs, "KEEP_LOGITS_MAX_BYTES", keep_bound)
     rng, seed = fresh_rng()
     batch, length, hidden, vocab = 3, 9, 8, 13
     hidden_states = rng.standard_normal((batch, length, hidden)).astype(np.float32)
@@ -252,7 +254,7 @@ def test_logprob_gradients_from_hidden_match_float64_reference(keep_logits):
     weights = rng.standard_normal((batch, length))  # d(loss)/d(logp_t)
 
     def total(hh, ww):
-        logps = losses.token_logprobs_from_hidden(hh, ww, targets, chunk, keep_logits=keep_logits)
+        logps = chunked_logprobs.token_logprobs_from_hidden(hh, ww, targets, chunk, keep_logits=keep_logits)
         return jnp.sum(logps * weights)
 
     got_h, got_w = jax.grad(total, argnums=(0, 1))(h.astype(np.float32), w.astype(np.float32))
@@ -265,8 +267,8 @@ def test_logprob_gradients_from_hidden_match_float64_reference(keep_logits):
 
 
 def test_logprob_backward_keeps_logits_by_default_only_while_small():
-    assert losses.keeps_logits(8 * 512, 8192)  # the benchmark anchor: 128 MiB
-    assert not losses.keeps_logits(2 * 4096, 32768)  # 1 GiB: recomputed chunk by chunk
+    assert chunked_logprobs.keeps_logits(8 * 512, 8192)  # the benchmark anchor: 128 MiB
+    assert not chunked_logprobs.keeps_logits(2 * 4096, 32768)  # 1 GiB: recomputed chunk by chunk
 
 
 @pytest.mark.parametrize("keep_logits, products", [(True, 3), (False, 4), (None, 4)])
@@ -279,9 +281,11 @@ def test_kept_logits_spare_the_backward_its_unembedding_product(keep_logits, pro
     targets = jnp.zeros((4, 256), jnp.int32)
 
     def total(hh, ww):
-        return jnp.sum(losses.token_logprobs_from_hidden(hh, ww, targets, 512, keep_logits=keep_logits))
+        return jnp.sum(
+            chunked_logprobs.token_logprobs_from_hidden(hh, ww, targets, 512, keep_logits=keep_logits)
+        )
 
-    with mock.patch.object(losses, "KEEP_LOGITS_MAX_BYTES", 1 << 20):
+    with mock.patch.object(chunked_logprobs, "KEEP_LOGITS_MAX_BYTES", 1 << 20):
         jaxpr = str(jax.make_jaxpr(jax.grad(total, argnums=(0, 1)))(h, w))
     assert jaxpr.count("dot_general[") == products
 

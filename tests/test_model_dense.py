@@ -1,4 +1,5 @@
-"""`models.dense` (x @ kernel with a float32-accumulating custom VJP) against a float64 NumPy reference."""
+"""`models.dense` (x @ kernel with a float32-accumulating custom VJP) against a float64 NumPy reference, in
+XLA's kernel set (the CPU set's small-row kernel has its own tests, `test_cpu_kernels.py`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import numpy as np
 import pytest
 
 from coevo_jax.models.dense import dense
+from coevo_jax.models.kernels import XlaKernels
+
+XLA_CPU = XlaKernels("cpu")
 
 
 def _inputs(seed, x_shape, features):
@@ -27,7 +31,7 @@ def _rounded(a, dtype):
 
 
 def _vjp(x, kernel, d_out, dtype):
-    out, pullback = jax.vjp(dense, jnp.asarray(x, dtype), jnp.asarray(kernel))
+    out, pullback = jax.vjp(lambda x, k: dense(x, k, XLA_CPU), jnp.asarray(x, dtype), jnp.asarray(kernel))
     d_x, d_kernel = pullback(jnp.asarray(d_out, dtype))
     return out, d_x, d_kernel
 
@@ -64,11 +68,8 @@ def test_bfloat16_compute_accumulates_in_float32(seed):
     assert np.abs(np.asarray(d_kernel, np.float64) - want_d_kernel).max() < rounded_error / 10
 
 
-def test_matches_plain_matmul_gradients_inside_a_model_loss(monkeypatch):
-    """Same values and gradients as `x @ kernel` under jit and grad (float32), for a two-layer net. XLA's
-    forward on both sides: the CPU kernel that serves 10 rows sums in another order (its own tests compare it
-    with float64)."""
-    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", "0")
+def test_matches_plain_matmul_gradients_inside_a_model_loss():
+    """Same values and gradients as `x @ kernel` under jit and grad (float32), for a two-layer net."""
     x, k1, _ = _inputs(4, (2, 5, 8), 12)
     k2 = np.random.default_rng(5).standard_normal((12, 3)).astype(np.float32)
 
@@ -76,7 +77,9 @@ def test_matches_plain_matmul_gradients_inside_a_model_loss(monkeypatch):
         return jnp.sum(jnp.tanh(matmul(jnp.tanh(matmul(jnp.asarray(x), k1)), k2)) ** 2)
 
     plain = jax.jit(jax.value_and_grad(lambda a, b: loss(jnp.matmul, a, b), argnums=(0, 1)))(k1, k2)
-    ours = jax.jit(jax.value_and_grad(lambda a, b: loss(dense, a, b), argnums=(0, 1)))(k1, k2)
+    ours = jax.jit(
+        jax.value_and_grad(lambda a, b: loss(lambda x, k: dense(x, k, XLA_CPU), a, b), argnums=(0, 1))
+    )(k1, k2)
     for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(plain), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -87,7 +90,7 @@ def test_bfloat16_gradient_runs_bfloat16_products_on_cpu():
     operands in the compiled program (XLA:CPU would otherwise up-convert them to float32)."""
 
     def loss(x, kernel):
-        return jnp.sum(dense(x, kernel).astype(jnp.float32) ** 2)
+        return jnp.sum(dense(x, kernel, XLA_CPU).astype(jnp.float32) ** 2)
 
     x = jnp.ones((4, 64, 128), jnp.bfloat16)
     kernel = jnp.ones((128, 96), jnp.float32)
@@ -97,3 +100,13 @@ def test_bfloat16_gradient_runs_bfloat16_products_on_cpu():
     assert len(dots) >= 2  # d_x and d_kernel (the forward's product is needed by the loss too)
     operand_types = {types[name.strip().lstrip("%")] for operands in dots for name in operands.split(",")}
     assert operand_types == {"bf16"}, f"products with {operand_types} operands"
+
+
+def test_products_ask_xla_cpu_for_float32_results_and_accelerators_for_the_compute_dtype():
+    """The platform comes from the resolved config, not from the machine tracing: a GPU program traced here
+    asks for bf16 results."""
+    x, kernel = jnp.ones((4, 8, 16), jnp.bfloat16), jnp.ones((16, 12), jnp.float32)
+    for platform, result in [("cpu", "f32"), ("gpu", "bf16"), ("tpu", "bf16")]:
+        text = jax.jit(dense, static_argnums=2).lower(x, kernel, XlaKernels(platform)).as_text()
+        (dot,) = [line for line in text.splitlines() if "dot_general" in line]
+        assert dot.endswith(f"-> tensor<4x8x12x{result}>"), (platform, dot)

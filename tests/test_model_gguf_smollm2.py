@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from coevo_jax.models import load_pretrained
+from coevo_jax.checkpoint_formats import load_pretrained
 
 
 @pytest.mark.slow

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from model_fixtures import max_abs_on_valid, padded_batch, torch_logits, torch_reference
 
-from coevo_jax.models import ModelConfig, load_pretrained, save_pretrained
+from coevo_jax.checkpoint_formats import load_pretrained, save_pretrained
+from coevo_jax.models import ModelConfig
 
 FAMILIES = ["llama2", "llama3", "qwen2", "qwen3", "smollm2"]
 PARITY_ERRORS: dict[str, tuple[float, float]] = {}

@@ -17,11 +17,11 @@ from coevo_jax.data.stream import TrajectoryStream
 from coevo_jax.envs import make
 from coevo_jax.envs.base import Environment
 from coevo_jax.models import Decoder
-from coevo_jax.models.tokenizer_training import train_tokenizer_for_trajectories
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, format_reply, parse_action
 from coevo_jax.rollout import ModelActor, RolloutConfig, ScriptedActor, TurnCodec, run_rollouts
 from coevo_jax.rollout.actors import shared_prefix_length
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
+from coevo_jax.tokenization.training import train_tokenizer_for_trajectories
 
 QUIET = dict(show_progress=False)
 

@@ -1,6 +1,9 @@
 """Sampler: cached greedy decoding equals full-forward argmax, incremental prefill equals re-encoding,
 rows do not disturb each other, stops per row, top-k/top-p against a NumPy reference, sharding, compiles."""
 
+import os
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +12,8 @@ from flax import nnx
 from model_fixtures import KITCHEN_SINK, VOCAB, random_decoder, with_config
 from seeds import fresh_seed
 
+from coevo_jax.decode_loop import categorical, sample_tokens
+from coevo_jax.models.kernels import CpuKernels, XlaKernels
 from coevo_jax.sampling import (
     CACHE_FULL,
     INACTIVE,
@@ -18,11 +23,7 @@ from coevo_jax.sampling import (
     Sampler,
     SamplingConfig,
     StopConfig,
-    categorical,
-    first_argmax,
     left_pad,
-    log_normaliser,
-    sample_tokens,
 )
 from coevo_jax.sharding import MeshConfig, make_mesh
 
@@ -226,10 +227,21 @@ def test_sampling_distribution_matches_numpy_reference(temperature, top_k, top_p
     np.testing.assert_allclose(observed, expected, atol=0.015)
 
 
-@pytest.mark.parametrize("kernels", ["0", "1"])  # XLA's two passes; the CPU kernel `logit_stats` (float32)
+def _kernel_set(name: str):
+    """XLA's set, or the CPU set (its kernels need a C++ compiler to build)."""
+    if name == "xla":
+        return XlaKernels("cpu")
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler to build the CPU kernels")
+    return CpuKernels()
+
+
+@pytest.mark.parametrize(
+    "kernels", ["xla", "cpu"]
+)  # XLA's two passes; the CPU kernel `logit_stats` (float32)
 @pytest.mark.parametrize("vocab", [5, 128, 129, 620, 1000, 8192])
-def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab, kernels, monkeypatch):
-    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", kernels)
+def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab, kernels):
+    first_argmax = _kernel_set(kernels).argmax
     rng = np.random.default_rng(fresh_seed())
     x = rng.integers(-3, 4, size=(7, vocab)).astype(np.float64)  # a handful of values: many ties
     x[1] = -np.inf  # every value -inf: index 0
@@ -238,7 +250,7 @@ def test_first_argmax_is_numpys_argmax_with_ties_infinities_and_nans(vocab, kern
     x[4, -1] = 10.0  # the maximum in the last (padded) block
     x[5] = 2.0  # all equal: index 0
     for dtype in (jnp.float32, jnp.bfloat16):
-        got = np.asarray(jax.jit(lambda v: first_argmax(v))(jnp.asarray(x, dtype)))  # traced afresh
+        got = np.asarray(jax.jit(first_argmax)(jnp.asarray(x, dtype)))
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
     stacked = jnp.asarray(np.stack([x, x[::-1]]), jnp.float32)  # leading axes beyond one
@@ -442,9 +454,9 @@ def test_a_window_too_small_for_the_turn_is_refused(model):
         sampler.decode(params, sampler.init_cache(), jnp.zeros((1, VOCAB)), [True], jax.random.key(0), 48)
 
 
-@pytest.mark.parametrize("kernels", ["0", "1"])  # XLA's product; the CPU kernel `logit_stats`
-def test_log_normaliser_matches_float64_logsumexp(kernels, monkeypatch):
-    monkeypatch.setenv("COEVO_JAX_CPU_KERNELS", kernels)
+@pytest.mark.parametrize("kernels", ["xla", "cpu"])  # XLA's product; the CPU kernel `logit_stats`
+def test_log_normaliser_matches_float64_logsumexp(kernels):
+    log_normaliser = _kernel_set(kernels).log_normaliser
     seed = fresh_seed()
     rng = np.random.default_rng(seed)
     logits = (rng.standard_normal((5, 1000)) * 10).astype(np.float32)
@@ -453,5 +465,5 @@ def test_log_normaliser_matches_float64_logsumexp(kernels, monkeypatch):
     finite = np.where(np.isinf(logits), -np.inf, logits.astype(np.float64))
     peak = finite.max(-1, keepdims=True)
     expected = peak[:, 0] + np.log(np.exp(finite - peak).sum(-1))
-    got = np.asarray(jax.jit(lambda v: log_normaliser(v))(jnp.asarray(logits)))  # traced afresh
+    got = np.asarray(jax.jit(log_normaliser)(jnp.asarray(logits)))
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-5, err_msg=f"seed {seed}")

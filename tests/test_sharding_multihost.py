@@ -46,7 +46,7 @@ def _free_port() -> int:
 def test_two_processes_match_one(tmp_path):
     from train_fixtures import MESHES, SCALARS, fresh_state, mesh_of, placed, setup, sft_batch, to_numpy
 
-    from coevo_jax.models import load_pretrained
+    from coevo_jax.checkpoint_formats import load_pretrained
 
     mesh = mesh_of(MESHES["data2_fsdp4"])
     _, shardings, steps, _, rules = setup(mesh)

@@ -166,9 +166,9 @@ def test_remat_gives_the_same_update(single_device_results):
 
 
 def test_logits_recomputed_chunk_by_chunk_give_the_same_update_on_a_sharded_mesh(single_device_results):
-    """`keep_logits=False`, the path of batches above `losses.KEEP_LOGITS_MAX_BYTES`: the log-probs run in
-    chunks of 16 positions and the backward recomputes each chunk's logits, here under cube2's sharding; the
-    update is the single-device one with the (small) logits kept in one chunk."""
+    """`keep_logits=False`, the path of batches above `chunked_logprobs.KEEP_LOGITS_MAX_BYTES`: the log-probs
+    run in chunks of 16 positions and the backward recomputes each chunk's logits, here under cube2's sharding;
+    the update is the single-device one with the (small) logits kept in one chunk."""
     mesh = mesh_of(MESHES["cube2"])
     _, shardings, steps, _, rules = setup(
         mesh, obj=dataclasses.replace(OBJ, keep_logits=False), return_grads=True
@@ -179,7 +179,7 @@ def test_logits_recomputed_chunk_by_chunk_give_the_same_update_on_a_sharded_mesh
 def test_fused_attention_dispatch_gives_the_same_update_on_a_sharded_mesh(monkeypatch, single_device_results):
     """`attention='cudnn'` (XLA's implementation standing in for cuDNN on the CPU) under cube2's sharding:
     the right-padded batches take the fused branch of its `lax.cond`, and the update is the block-wise one."""
-    from coevo_jax.models import decoder
+    from coevo_jax.models import blocks
     from coevo_jax.models.fused_attention import prefix_lengths
 
     for batch in (sft_batch(0, rows=16, real=13), dpo_batch(1, real=7)):  # `_run_all`'s: all right-padded
@@ -188,7 +188,7 @@ def test_fused_attention_dispatch_gives_the_same_update_on_a_sharded_mesh(monkey
                 np.asarray(batch["attention_mask"]).reshape(-1, batch["attention_mask"].shape[-1])
             )[1]
         )
-    monkeypatch.setattr(decoder, "_FUSED_IMPLEMENTATION", "xla")
+    monkeypatch.setattr(blocks, "_FUSED_IMPLEMENTATION", "xla")
     mesh = mesh_of(MESHES["cube2"])
     fused_cfg = TINY.replace(dtype="float32", attention="cudnn")
     _, shardings, steps, _, rules = setup(mesh, model_cfg=fused_cfg, return_grads=True)

@@ -4,7 +4,7 @@
     bench/.venvs/trl/bin/python bench/peers/hf_generate.py --batches 1 --dtypes float32 --runs 1
 
 Random-init `LlamaForCausalLM` of the anchor shape (see torch_llama.py), its weights cast to the dtype;
-prompts `anchor.decode_prompts(batch)` (256 ids, no padding), greedy (`do_sample=False`), exactly 128 new
+prompts `common.decode_prompts(batch)` (256 ids, no padding), greedy (`do_sample=False`), exactly 128 new
 tokens (`min_new_tokens=max_new_tokens=128`), default dynamic KV cache, no compilation.
 
 Per (dtype, batch): one untimed warm-up call, then `--runs` timed calls of `model.generate` (median/min/max).
@@ -21,7 +21,7 @@ import warnings
 
 import torch
 import transformers
-from torch_llama import anchor, build_model, setup_device, synchronize
+from torch_llama import build_model, common, setup_device, synchronize
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -47,20 +47,20 @@ def generate_seconds(model, prompts: torch.Tensor, new_tokens: int, device: torc
 def timed(model, prompts, new_tokens, runs, device) -> dict:
     """One warm-up call, then `runs` timed ones."""
     generate_seconds(model, prompts, new_tokens, device)
-    return anchor.summarize([generate_seconds(model, prompts, new_tokens, device) for _ in range(runs)])
+    return common.summarize([generate_seconds(model, prompts, new_tokens, device) for _ in range(runs)])
 
 
 def measure(model, dtype: str, batch: int, args, device) -> dict:
-    new = anchor.DECODE["new_tokens"]
-    prompts = torch.from_numpy(anchor.decode_prompts(batch)).long().to(device)
+    new = common.DECODE["new_tokens"]
+    prompts = torch.from_numpy(common.decode_prompts(batch)).long().to(device)
     run = timed(model, prompts, new, args.runs, device)
     first = None if args.no_decode_only else timed(model, prompts, 1, args.runs, device)
-    return anchor.decode_result(dtype, batch, run, first)
+    return common.decode_result(dtype, batch, run, first)
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batches", default=",".join(map(str, anchor.DECODE["batch_sizes"])), help="e.g. 1,8,32")
+    p.add_argument("--batches", default=",".join(map(str, common.DECODE["batch_sizes"])), help="e.g. 1,8,32")
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated: float32, bfloat16")
     p.add_argument("--runs", type=int, default=3, help="timed calls per point (after one warm-up)")
     p.add_argument("--no-decode-only", action="store_true", help="skip the 1-new-token calls")
@@ -77,19 +77,19 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     batches = [int(b) for b in args.batches.split(",") if b]
     results = []
-    anchor.print_decode_header()
+    common.print_decode_header()
     for dtype in [d for d in args.dtypes.split(",") if d]:
         model = build_model(args.attn, device, DTYPES[dtype]).eval()
         for batch in batches:
             results.append(measure(model, dtype, batch, args, device))
-            anchor.print_decode_row(results[-1])
+            common.print_decode_row(results[-1])
     versions = {"transformers": transformers.__version__, "torch": torch.__version__}
     print(
         f"\ntransformers generate, {device.type}, {torch.get_num_threads()} threads, attn {args.attn}, {versions}"
     )
-    anchor.print_decode_header()
+    common.print_decode_header()
     for r in results:
-        anchor.print_decode_row(r)
+        common.print_decode_row(r)
     payload = {
         "framework": "transformers",
         "versions": versions,
@@ -97,7 +97,7 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "results": results,
     }
-    print("wrote", anchor.write_result("decode_transformers", payload, out_dir=args.out))
+    print("wrote", common.write_result("decode_transformers", payload, out_dir=args.out))
 
 
 if __name__ == "__main__":

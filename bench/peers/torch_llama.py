@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1]
-if str(BENCH) not in sys.path:
+if str(BENCH) not in sys.path:  # bench/common.py, the anchor shared with our own scripts
     sys.path.insert(0, str(BENCH))
 
-import anchor  # noqa: E402
+import common  # noqa: E402
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
-SPECIAL = {anchor.PAD_ID: "<pad>", anchor.BOS_ID: "<s>", anchor.EOS_ID: "</s>"}
+SPECIAL = {common.PAD_ID: "<pad>", common.BOS_ID: "<s>", common.EOS_ID: "</s>"}
 
 
 def setup_device(device: str) -> torch.device:
@@ -38,8 +38,8 @@ def synchronize(device: torch.device) -> None:
 
 
 def llama_config(attn_implementation: str) -> LlamaConfig:
-    """The anchor shape: vocab 8192, hidden 256, 4 layers, 8 query / 4 KV heads of 32, RoPE 1e4, untied."""
-    m = anchor.MODEL
+    """`common.MODEL`, the anchor shape."""
+    m = common.MODEL
     return LlamaConfig(
         vocab_size=m["vocab_size"],
         hidden_size=m["hidden_size"],
@@ -52,9 +52,9 @@ def llama_config(attn_implementation: str) -> LlamaConfig:
         rms_norm_eps=m["rms_norm_eps"],
         tie_word_embeddings=m["tie_word_embeddings"],
         max_position_embeddings=1024,
-        pad_token_id=anchor.PAD_ID,
-        bos_token_id=anchor.BOS_ID,
-        eos_token_id=anchor.EOS_ID,
+        pad_token_id=common.PAD_ID,
+        bos_token_id=common.BOS_ID,
+        eos_token_id=common.EOS_ID,
         attn_implementation=attn_implementation,
     )
 
@@ -72,7 +72,7 @@ def id_tokenizer() -> PreTrainedTokenizerFast:
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
 
-    vocab = {SPECIAL.get(i, f"t{i}"): i for i in range(anchor.MODEL["vocab_size"])}
+    vocab = {SPECIAL.get(i, f"t{i}"): i for i in range(common.MODEL["vocab_size"])}
     backend = Tokenizer(WordLevel(vocab, unk_token="<pad>"))
     backend.pre_tokenizer = WhitespaceSplit()
     return PreTrainedTokenizerFast(

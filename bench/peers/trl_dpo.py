@@ -5,7 +5,7 @@
 
 Random-init `LlamaForCausalLM` of the anchor shape; 8 pairs per step, prompt 256 + response 256, beta 0.1,
 AdamW lr 1e-5, sigmoid loss, no gradient checkpointing, no logging, saving or evaluation. The pairs are
-`anchor.dpo_pairs(64)`, fed as the pre-tokenized columns (`prompt_ids`, `chosen_ids`, `rejected_ids`) that
+`common.dpo_pairs(64)`, fed as the pre-tokenized columns (`prompt_ids`, `chosen_ids`, `rejected_ids`) that
 TRL's `DataCollatorForPreference` consumes; the first step checks that the model sees exactly
 prompt+chosen / prompt+rejected.
 
@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 import trl  # noqa: E402
-from torch_llama import anchor, build_model, id_tokenizer, setup_device, synchronize  # noqa: E402
+from torch_llama import build_model, common, id_tokenizer, setup_device, synchronize  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 VARIANTS = {  # name: (dtype, precompute_ref)
@@ -48,7 +48,7 @@ VARIANTS = {  # name: (dtype, precompute_ref)
     "bf16_ref": ("bfloat16", False),
 }
 TOKENS_PER_STEP = (
-    anchor.DPO["pairs_per_step"] * 2 * (anchor.DPO["prompt_length"] + anchor.DPO["response_length"])
+    common.DPO["pairs_per_step"] * 2 * (common.DPO["prompt_length"] + common.DPO["response_length"])
 )
 
 
@@ -92,7 +92,7 @@ class InputCheck:
             return
         ids = (kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).cpu().numpy().astype(np.int64)
         mask = kwargs.get("attention_mask")
-        half = anchor.DPO["pairs_per_step"]
+        half = common.DPO["pairs_per_step"]
         assert ids.shape == (2 * half, self.rejected.shape[1]), ids.shape
         assert mask is None or bool((mask == 1).all()), "padding reached the model"
         for row in range(half):
@@ -116,11 +116,11 @@ def dataset(pairs: dict[str, np.ndarray]) -> datasets.Dataset:
 def dpo_config(out_dir: str, dtype: str, precompute: bool, device: torch.device, **schedule) -> trl.DPOConfig:
     return trl.DPOConfig(
         output_dir=out_dir,
-        beta=anchor.DPO["beta"],
-        learning_rate=anchor.DPO["learning_rate"],
+        beta=common.DPO["beta"],
+        learning_rate=common.DPO["learning_rate"],
         loss_type=["sigmoid"],
-        per_device_train_batch_size=anchor.DPO["pairs_per_step"],
-        max_length=anchor.DPO["prompt_length"] + anchor.DPO["response_length"],
+        per_device_train_batch_size=common.DPO["pairs_per_step"],
+        max_length=common.DPO["prompt_length"] + common.DPO["response_length"],
         precompute_ref_log_probs=precompute,
         gradient_checkpointing=False,
         bf16=dtype == "bfloat16",
@@ -169,7 +169,7 @@ def time_steps(args, dtype, precompute, pairs, device, check: InputCheck | None)
     if hook is not None:
         hook.remove()
         assert check.checked, "the input check never ran"
-    return anchor.summarize(timer.times[args.warmup :])
+    return common.summarize(timer.times[args.warmup :])
 
 
 def time_phase(args, dtype, precompute, pairs, device) -> tuple[float, int]:
@@ -216,11 +216,11 @@ def print_table(variants: list[dict]) -> None:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=anchor.TIMED_STEPS, help="timed steps per variant")
-    p.add_argument("--warmup", type=int, default=anchor.WARMUP_STEPS, help="untimed steps before them")
-    p.add_argument("--phase-epochs", type=int, default=anchor.PHASE_EPOCHS, help="0 skips the phase timing")
+    p.add_argument("--steps", type=int, default=common.TIMED_STEPS, help="timed steps per variant")
+    p.add_argument("--warmup", type=int, default=common.WARMUP_STEPS, help="untimed steps before them")
+    p.add_argument("--phase-epochs", type=int, default=common.PHASE_EPOCHS, help="0 skips the phase timing")
     p.add_argument(
-        "--pairs", type=int, default=anchor.PHASE_PAIRS, help="pairs in the data set (quick checks)"
+        "--pairs", type=int, default=common.PHASE_PAIRS, help="pairs in the data set (quick checks)"
     )
     p.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS)
@@ -241,7 +241,7 @@ def main() -> None:
     unknown = set(names) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"unknown variants: {sorted(unknown)}")
-    pairs = anchor.dpo_pairs(args.pairs)
+    pairs = common.dpo_pairs(args.pairs)
     check = InputCheck(pairs)
     variants = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -260,7 +260,7 @@ def main() -> None:
         "attn_implementation": args.attn,
         "variants": variants,
     }
-    print("wrote", anchor.write_result("dpo_trl", payload, out_dir=args.out))
+    print("wrote", common.write_result("dpo_trl", payload, out_dir=args.out))
 
 
 if __name__ == "__main__":

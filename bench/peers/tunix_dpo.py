@@ -6,7 +6,7 @@
 `tunix.sft.dpo.dpo_trainer.DPOTrainer` on tunix's Llama3 at the anchor shape (see tunix_llama.py), with a
 separate reference model of the same weights; 8 pairs per step, prompt 256 + response 256, beta 0.1,
 sigmoid loss, global-norm clipping at 1 then AdamW (lr 1e-5, no weight decay). The pairs are
-`anchor.dpo_pairs(64)`, fed pre-tokenized (`prompt_ids`/`prompt_mask`, `chosen_ids`/`chosen_mask`,
+`common.dpo_pairs(64)`, fed pre-tokenized (`prompt_ids`/`prompt_mask`, `chosen_ids`/`chosen_mask`,
 `rejected_ids`/`rejected_mask`, no padding), which tunix takes as they are.
 
 tunix has no reference-log-prob cache: its trainer runs the reference forward in every step.
@@ -36,11 +36,11 @@ import numpy as np
 import optax
 from tunix.sft import hooks
 from tunix.sft.dpo import dpo_trainer
-from tunix_llama import anchor, block, build_model, check_device
+from tunix_llama import block, build_model, check_device, common
 
 VARIANTS = {"fp32_ref": "float32", "bf16_ref": "bfloat16"}  # name: dtype
 TOKENS_PER_STEP = (
-    anchor.DPO["pairs_per_step"] * 2 * (anchor.DPO["prompt_length"] + anchor.DPO["response_length"])
+    common.DPO["pairs_per_step"] * 2 * (common.DPO["prompt_length"] + common.DPO["response_length"])
 )
 
 
@@ -83,7 +83,7 @@ def batch(pairs: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarra
 
 def feed(pairs, args, trainer, clock: StepClock, marks: dict):
     """Warm-up + timed steps (batches in order), then the phase (epochs of shuffled batches)."""
-    n, size = len(pairs["prompt"]), anchor.DPO["pairs_per_step"]
+    n, size = len(pairs["prompt"]), common.DPO["pairs_per_step"]
     for k in range(args.warmup + args.steps):
         start = (k * size) % n
         yield batch(pairs, np.arange(start, start + size) % n)
@@ -100,10 +100,10 @@ def feed(pairs, args, trainer, clock: StepClock, marks: dict):
 
 def make_trainer(dtype: str) -> dpo_trainer.DPOTrainer:
     optimizer = optax.chain(
-        optax.clip_by_global_norm(1.0), optax.adamw(anchor.DPO["learning_rate"], weight_decay=0.0)
+        optax.clip_by_global_norm(1.0), optax.adamw(common.DPO["learning_rate"], weight_decay=0.0)
     )
     config = dpo_trainer.DPOTrainingConfig(
-        eval_every_n_steps=10**9, beta=anchor.DPO["beta"], pbar_description=None
+        eval_every_n_steps=10**9, beta=common.DPO["beta"], pbar_description=None
     )
     policy, reference = build_model(dtype), build_model(dtype)
     return dpo_trainer.DPOTrainer(policy, reference, optimizer, config)
@@ -121,7 +121,7 @@ def run_variant(args, name: str, pairs) -> dict:
     print(
         f"{name}: warm-up steps (compile included) {', '.join(f'{d:.2f}' for d in durations[: args.warmup])} s"
     )
-    step = anchor.summarize(durations[args.warmup :])
+    step = common.summarize(durations[args.warmup :])
     return {
         "name": name,
         "dtype": dtype,
@@ -152,11 +152,11 @@ def print_table(variants: list[dict]) -> None:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=anchor.TIMED_STEPS, help="timed steps per variant")
-    p.add_argument("--warmup", type=int, default=anchor.WARMUP_STEPS, help="untimed steps before them (>= 1)")
-    p.add_argument("--phase-epochs", type=int, default=anchor.PHASE_EPOCHS, help="0 skips the phase timing")
+    p.add_argument("--steps", type=int, default=common.TIMED_STEPS, help="timed steps per variant")
+    p.add_argument("--warmup", type=int, default=common.WARMUP_STEPS, help="untimed steps before them (>= 1)")
+    p.add_argument("--phase-epochs", type=int, default=common.PHASE_EPOCHS, help="0 skips the phase timing")
     p.add_argument(
-        "--pairs", type=int, default=anchor.PHASE_PAIRS, help="pairs in the data set (quick checks)"
+        "--pairs", type=int, default=common.PHASE_PAIRS, help="pairs in the data set (quick checks)"
     )
     p.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS)
@@ -176,7 +176,7 @@ def main() -> None:
     unknown = set(names) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"unknown variants: {sorted(unknown)}")
-    pairs = anchor.dpo_pairs(args.pairs)
+    pairs = common.dpo_pairs(args.pairs)
     variants = [run_variant(args, name, pairs) for name in names]
     versions = {name: version(name) for name in ("google-tunix", "jax", "jaxlib", "flax", "optax")}
     device = str(jax.devices()[0])
@@ -190,7 +190,7 @@ def main() -> None:
         "attn_implementation": "tunix llama3 einsum attention (full mask)",
         "variants": variants,
     }
-    print("wrote", anchor.write_result("dpo_tunix", payload, out_dir=args.out))
+    print("wrote", common.write_result("dpo_tunix", payload, out_dir=args.out))
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1]
-if str(BENCH) not in sys.path:
+if str(BENCH) not in sys.path:  # bench/common.py, the anchor shared with our own scripts
     sys.path.insert(0, str(BENCH))
 
-import anchor  # noqa: E402
+import common  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
@@ -28,7 +28,7 @@ from tunix.models.llama3 import model as llama3  # noqa: E402
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 if not isinstance(llama3.apply_rope, functools.partial):
-    llama3.apply_rope = functools.partial(llama3.apply_rope, rope_theta=anchor.MODEL["rope_theta"])
+    llama3.apply_rope = functools.partial(llama3.apply_rope, rope_theta=common.MODEL["rope_theta"])
 
 
 def check_device(device: str) -> None:
@@ -40,8 +40,8 @@ def check_device(device: str) -> None:
 
 
 def llama_config() -> llama3.ModelConfig:
-    """The anchor shape: vocab 8192, hidden 256, 4 layers, 8 query / 4 KV heads of 32, untied."""
-    m = anchor.MODEL
+    """`common.MODEL`, the anchor shape."""
+    m = common.MODEL
     return llama3.ModelConfig(
         num_layers=m["num_layers"],
         vocab_size=m["vocab_size"],

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import jax
 
+from coevo_jax.checkpoint_formats import load_pretrained
+from coevo_jax.checkpoint_formats.bundled import smollm2_gguf_path
 from coevo_jax.generate import bucket_length
-from coevo_jax.models import load_pretrained
-from coevo_jax.models.bundled import smollm2_gguf_path
 from coevo_jax.sampling import Sampler, SamplingConfig, StopConfig
 
 

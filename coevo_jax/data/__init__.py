@@ -17,7 +17,11 @@ Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq
 * `reports`: `DatasetReport` (counts by pair type, hard negatives, rejected-reward histogram).
 * `batching`: over-long policy (`FitReport`), bucketed fixed-shape SFT, DPO and GRPO batches (GRPO's
   from the sampled episodes' recorded token ids, `sampled_sequence`).
-* `tfds_builders` (import it explicitly; it loads tensorflow_datasets): array_record datasets, no TensorFlow.
+* `sources`: trajectories and pairs read by path, a record file or a TFDS split (`DIR[:SPLIT]`); the main
+  job reads `env.experts_path` through it, so a run can clone a published run's experts.
+* `tfds_builders` (import it explicitly; it loads tensorflow_datasets): array_record datasets of trajectories
+  and pairs (pair splits with their build report), no TensorFlow; what `python -m coevo_jax.experiment.export`
+  writes and `sources` reads.
 """
 
 from coevo_jax.data.batching import (

@@ -55,6 +55,17 @@ class DatasetReport:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> DatasetReport:
+        """The report `to_dict` gave (a stage record's `dataset`, a TFDS pair split's saved report)."""
+        return cls(
+            **{
+                **data,
+                "rejected_reward_histogram": tuple(data["rejected_reward_histogram"]),
+                "histogram_edges": tuple(data["histogram_edges"]),
+            }
+        )
+
 
 def dataset_report(
     name: str,

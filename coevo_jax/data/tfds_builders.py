@@ -11,8 +11,12 @@ to download), write one split per entry of `splits`, and keep insertion order (s
 record i of a split is the i-th trajectory / pair given. Text comes back as bytes; `decode_trajectory` and
 `decode_pair` turn rows into `Trajectory` / `PreferencePair` again, refusing a reward or a loss weight that
 is not a finite number (a `DataFormatError` naming the dataset directory and split, the record and field).
+A pair split given as a `PreferenceDataset` keeps its `DatasetReport` in the dataset's metadata
+(`metadata.json`), so `read_preference_dataset` gives back the dataset a DPO phase trains on, report included.
+`python -m coevo_jax.experiment.export` writes a run's data with these builders; `coevo_jax.data.sources` reads a
+split back by path (`env.experts_path`).
 
-    write_trajectories_dataset({"train": trajs}, data_dir)      # -> <data_dir>/coevo_trajectories/1.1.0
+    write_trajectories_dataset({"train": trajs}, data_dir)      # -> <data_dir>/coevo_trajectories/1.2.0
     source = tfds.data_source("coevo_trajectories", data_dir=data_dir, split="train")
     trajectories = [decode_trajectory(source[i]) for i in range(len(source))]
 """
@@ -27,10 +31,12 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from coevo_jax.data.json_files import DataFormatError
-from coevo_jax.data.pairs import PreferencePair
-from coevo_jax.data.records import Message, Trajectory, parse_reward, parse_weight
+from coevo_jax.data.pairs import PreferenceDataset, PreferencePair
+from coevo_jax.data.records import Message, Trajectory, parse_reward, parse_token_trace, parse_weight
+from coevo_jax.data.reports import DatasetReport
 
 ARRAY_RECORD = "array_record"
+REPORTS = "reports"  # metadata key: {split: DatasetReport.to_dict()} of the pair splits built with one
 
 
 def trajectory_features() -> tfds.features.FeaturesDict:
@@ -48,6 +54,7 @@ def trajectory_features() -> tfds.features.FeaturesDict:
             "contents": tfds.features.Sequence(tfds.features.Text()),
             "sampling_json": tfds.features.Text(),
             "extra_json": tfds.features.Text(),
+            "tokens_json": tfds.features.Text(),  # the sampled episode's `TokenTrace` record; "" for none
         }
     )
 
@@ -66,6 +73,7 @@ def encode_trajectory(trajectory: Trajectory) -> dict[str, object]:
         "contents": [m.content for m in trajectory.messages],
         "sampling_json": json.dumps(dict(trajectory.sampling), ensure_ascii=False),
         "extra_json": json.dumps(dict(trajectory.extra), ensure_ascii=False, sort_keys=True),
+        "tokens_json": "" if trajectory.tokens is None else json.dumps(trajectory.tokens.to_record()),
     }
 
 
@@ -89,6 +97,7 @@ def decode_trajectory(row: Mapping[str, object], *, source: str = "<row>", index
         for role, content in zip(row["roles"], row["contents"], strict=True)
     )
     iteration = int(row["iteration"])
+    tokens = _text(row.get("tokens_json", ""))  # "": no trace (and every row before 1.2.0)
     return Trajectory(
         traj_id=_text(row["traj_id"]),
         task_id=_text(row["task_id"]),
@@ -100,6 +109,7 @@ def decode_trajectory(row: Mapping[str, object], *, source: str = "<row>", index
         iteration=None if iteration < 0 else iteration,
         sampling=json.loads(_text(row["sampling_json"])),
         extra=json.loads(_text(row["extra_json"])),
+        tokens=parse_token_trace(json.loads(tokens) if tokens else None, source, index),
     )
 
 
@@ -161,10 +171,18 @@ def decode_pair(row: Mapping[str, object], *, source: str = "<row>", index: int 
 
 
 class _InMemoryBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
-    """Shared machinery: splits given as {split: items}, array_record files, insertion order kept."""
+    """Shared machinery: splits given as {split: items}, array_record files, insertion order kept, and
+    `metadata` (JSON-able) saved with the dataset."""
 
-    def __init__(self, *, splits: Mapping[str, Sequence[object]] | None = None, **kwargs):
+    def __init__(
+        self,
+        *,
+        splits: Mapping[str, Sequence[object]] | None = None,
+        metadata: Mapping[str, object] | None = None,
+        **kwargs,
+    ):
         self._items_by_split = dict(splits or {})
+        self._saved_metadata = dict(metadata or {})
         kwargs.setdefault("file_format", ARRAY_RECORD)
         super().__init__(**kwargs)
 
@@ -176,7 +194,11 @@ class _InMemoryBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
-            builder=self, description=self.__doc__, features=self._features(), disable_shuffling=True
+            builder=self,
+            description=self.__doc__,
+            features=self._features(),
+            disable_shuffling=True,
+            metadata=tfds.core.MetadataDict(self._saved_metadata) if self._saved_metadata else None,
         )
 
     def _split_generators(self, dl_manager):
@@ -188,12 +210,22 @@ class _InMemoryBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         for item in items:
             yield self._encode(item)
 
+    def _log_download_bytes(self) -> None:
+        """Silent: tfds prints "Downloading and preparing ..." to stdout; nothing is downloaded here."""
+
+    def _log_download_done(self) -> None:
+        """Silent: the writers return the directory they prepared."""
+
 
 class CoevoTrajectories(_InMemoryBuilder):
     """Agent trajectories (conversation records with env, agent, iteration, reward, prompt length, sampling)."""
 
-    VERSION = tfds.core.Version("1.1.0")
-    RELEASE_NOTES = {"1.0.0": "First release.", "1.1.0": "env, agent (was source), iteration, sampling."}
+    VERSION = tfds.core.Version("1.2.0")
+    RELEASE_NOTES = {
+        "1.0.0": "First release.",
+        "1.1.0": "env, agent (was source), iteration, sampling.",
+        "1.2.0": "tokens: the sampled episode's token trace.",
+    }
 
     def _features(self):
         return trajectory_features()
@@ -205,8 +237,12 @@ class CoevoTrajectories(_InMemoryBuilder):
 class CoevoPreferencePairs(_InMemoryBuilder):
     """Preference pairs (eq. 6 / eq. 8 / ETO) with both trajectories and the eq. 9 weights."""
 
-    VERSION = tfds.core.Version("1.1.0")
-    RELEASE_NOTES = {"1.0.0": "First release.", "1.1.0": "Trajectory metadata; hard_negative; exact lambdas."}
+    VERSION = tfds.core.Version("1.2.0")
+    RELEASE_NOTES = {
+        "1.0.0": "First release.",
+        "1.1.0": "Trajectory metadata; hard_negative; exact lambdas.",
+        "1.2.0": "Token traces of sampled trajectories; the build report of each split in the metadata.",
+    }
 
     def _features(self):
         return pair_features()
@@ -215,33 +251,88 @@ class CoevoPreferencePairs(_InMemoryBuilder):
         return item.pair_id, encode_pair(item)
 
 
+TRAJECTORIES = CoevoTrajectories.name  # "coevo_trajectories" (TFDS names a dataset after its builder class)
+PAIRS = CoevoPreferencePairs.name  # "coevo_preference_pairs"
+
+
 def write_trajectories_dataset(
-    splits: Mapping[str, Sequence[Trajectory]], data_dir: str | os.PathLike[str]
+    splits: Mapping[str, Sequence[Trajectory]],
+    data_dir: str | os.PathLike[str],
+    *,
+    metadata: Mapping[str, object] | None = None,
 ) -> str:
-    """Build `coevo_trajectories` under data_dir; returns the version directory."""
-    builder = CoevoTrajectories(splits=splits, data_dir=os.fspath(data_dir))
+    """Build `coevo_trajectories` under data_dir (with `metadata`, JSON-able); returns the version directory."""
+    builder = CoevoTrajectories(splits=splits, metadata=metadata, data_dir=os.fspath(data_dir))
     builder.download_and_prepare()
     return os.fspath(builder.data_dir)
 
 
 def write_pairs_dataset(
-    splits: Mapping[str, Sequence[PreferencePair]], data_dir: str | os.PathLike[str]
+    splits: Mapping[str, Sequence[PreferencePair]],
+    data_dir: str | os.PathLike[str],
+    *,
+    metadata: Mapping[str, object] | None = None,
 ) -> str:
-    """Build `coevo_preference_pairs` under data_dir; returns the version directory."""
-    builder = CoevoPreferencePairs(splits=splits, data_dir=os.fspath(data_dir))
+    """Build `coevo_preference_pairs` under data_dir; returns the version directory. The report of each split
+    given as a `PreferenceDataset` is saved in the metadata (under `REPORTS`) beside `metadata`."""
+    reports = {s: p.report.to_dict() for s, p in splits.items() if isinstance(p, PreferenceDataset)}
+    metadata = {**(metadata or {}), **({REPORTS: reports} if reports else {})}
+    builder = CoevoPreferencePairs(splits=splits, metadata=metadata, data_dir=os.fspath(data_dir))
     builder.download_and_prepare()
     return os.fspath(builder.data_dir)
 
 
+def open_dataset(version_dir: str | os.PathLike[str], name: str):
+    """The built dataset `name` in version_dir (a read-only builder); ValueError naming the directory when it
+    holds another dataset."""
+    builder = tfds.builder_from_directory(os.fspath(version_dir))
+    if builder.info.name != name:
+        raise ValueError(f"{os.fspath(version_dir)}: a {builder.info.name} dataset, not {name}")
+    return builder
+
+
+def split_sizes(version_dir: str | os.PathLike[str], name: str) -> dict[str, int]:
+    """{split: number of records} of the built dataset `name` in version_dir."""
+    return {s: info.num_examples for s, info in open_dataset(version_dir, name).info.splits.items()}
+
+
+def open_split(version_dir: str | os.PathLike[str], name: str, split: str):
+    """The built dataset `name` in version_dir (`open_dataset`); ValueError naming the directory and its
+    splits when it has no `split`."""
+    builder = open_dataset(version_dir, name)
+    if split not in builder.info.splits:
+        raise ValueError(
+            f"{os.fspath(version_dir)}: no split {split!r} (its splits: {', '.join(builder.info.splits)})"
+        )
+    return builder
+
+
+def _rows(version_dir: str | os.PathLike[str], name: str, split: str):
+    """(builder, random-access rows of `split`, the "<dir> [<split>]" that errors name)."""
+    builder = open_split(version_dir, name, split)
+    return builder, builder.as_data_source(split=split), f"{os.fspath(version_dir)} [{split}]"
+
+
 def read_trajectories_dataset(version_dir: str | os.PathLike[str], split: str = "train") -> list[Trajectory]:
     """Read a built trajectory split back (no builder class or TensorFlow needed)."""
-    source = tfds.builder_from_directory(os.fspath(version_dir)).as_data_source(split=split)
-    name = f"{os.fspath(version_dir)} [{split}]"
+    _, source, name = _rows(version_dir, TRAJECTORIES, split)
     return [decode_trajectory(source[i], source=name, index=i) for i in range(len(source))]
+
+
+def _decode_pairs(source, name: str) -> list[PreferencePair]:
+    return [decode_pair(source[i], source=name, index=i) for i in range(len(source))]
 
 
 def read_pairs_dataset(version_dir: str | os.PathLike[str], split: str = "train") -> list[PreferencePair]:
     """Read a built pair split back (no builder class or TensorFlow needed)."""
-    source = tfds.builder_from_directory(os.fspath(version_dir)).as_data_source(split=split)
-    name = f"{os.fspath(version_dir)} [{split}]"
-    return [decode_pair(source[i], source=name, index=i) for i in range(len(source))]
+    return _decode_pairs(*_rows(version_dir, PAIRS, split)[1:])
+
+
+def read_preference_dataset(version_dir: str | os.PathLike[str], split: str) -> PreferenceDataset:
+    """A built pair split with the report saved beside it: what `Stages.train_pairs` trains on. ValueError
+    for a split written without one (plain pairs: `read_pairs_dataset` reads those)."""
+    builder, source, name = _rows(version_dir, PAIRS, split)
+    report = dict(builder.info.metadata or {}).get(REPORTS, {}).get(split)
+    if report is None:
+        raise ValueError(f"{name}: no dataset report saved with this split (read its pairs alone instead)")
+    return PreferenceDataset(tuple(_decode_pairs(source, name)), DatasetReport.from_dict(report))

@@ -55,7 +55,7 @@ class EnvConfig:
     explore_tasks: int | None = None
     eval_tasks: int | None = None  # tasks per evaluation split (the first N, or N spread: `eval_task_subset`)
     expert_tasks: int | None = None  # expert trajectories used for SFT (the first N)
-    experts_path: str = ""  # a JSONL/JSON trajectory file instead of the environment's own experts
+    experts_path: str = ""  # a trajectory file or a TFDS split `DIR[:SPLIT]` instead of the env's own experts
     eval_task_subset: str = "first"  # how eval_tasks are picked: the 'first' N or N 'spread' over the split
 
     def __post_init__(self):
@@ -224,8 +224,9 @@ class ExperimentConfig:
     num_microbatches: int = 1
     sft_per_token: bool = False  # eq. 9's SFT term as written (sequence sum); True divides it by its tokens
     # The backward pass keeps the forward's [tokens, vocabulary] float32 logits instead of computing them
-    # again (one product of the unembedding fewer per step): None up to losses.KEEP_LOGITS_MAX_BYTES (512 MiB),
-    # True at any size (an accelerator with memory to spare), False never.
+    # again (one product of the unembedding fewer per step): None up to
+    # chunked_logprobs.KEEP_LOGITS_MAX_BYTES (512 MiB), True at any size (an accelerator with memory to spare),
+    # False never.
     keep_logits: bool | None = None
     checkpoint_every_steps: int = 50  # mid-phase TrainState checkpoints (resume inside a phase)
     mesh_axes: tuple[tuple[str, int], ...] = (("data", -1), ("fsdp", 1), ("tensor", 1))

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 
 from coevo_jax.data.records import Trajectory, read_trajectories, write_trajectories
+from coevo_jax.data.sources import read_trajectory_source
 from coevo_jax.envs.base import Environment
 from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.config import EnvConfig
@@ -18,12 +19,14 @@ EXPERTS_FILE = "experts.jsonl"
 
 
 def generate_experts(env: Environment, spec: EnvConfig) -> list[Trajectory]:
-    """The first `spec.expert_tasks` trajectories of the file `spec.experts_path`, else the environment's own.
+    """The first `spec.expert_tasks` trajectories of `spec.experts_path`, else the environment's own.
 
-    The environment's are `Environment.expert_trajectories` on the train split, at most `spec.expert_tasks`.
+    `spec.experts_path` is a trajectory file or a TFDS trajectory split, such as the `experts` of a run
+    exported by `python -m coevo_jax.experiment.export` (`data.sources.read_trajectory_source`). The environment's
+    are `Environment.expert_trajectories` on the train split, at most `spec.expert_tasks`.
     """
     if spec.experts_path:
-        experts = list(read_trajectories(spec.experts_path))[: spec.expert_tasks]
+        experts = list(read_trajectory_source(spec.experts_path))[: spec.expert_tasks]
     else:
         experts = env.expert_trajectories(spec.train_split, limit=spec.expert_tasks)
     if not experts:

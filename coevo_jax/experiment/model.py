@@ -15,11 +15,11 @@ import jax
 from jax.sharding import Mesh
 
 from coevo_jax import sharding
+from coevo_jax.checkpoint_formats.bundled import smollm2_gguf_path
 from coevo_jax.experiment import processes
 from coevo_jax.experiment.config import ModelSpec
 from coevo_jax.experiment.tokenizer import scratch_tokenizer
 from coevo_jax.models import ModelConfig
-from coevo_jax.models.bundled import smollm2_gguf_path
 from coevo_jax.train.state import load_sharded
 
 

@@ -30,7 +30,7 @@ from coevo_jax.experiment.figures import (
     plot_pool_makeup,
     plot_reward_curves,
 )
-from coevo_jax.experiment.results import RESULTS_FILE, coevolve_rounds, load_results
+from coevo_jax.experiment.results import coevolve_rounds, load_results, results_path
 from coevo_jax.experiment.tables import (
     details_markdown,
     table_markdown,
@@ -78,12 +78,6 @@ def write_study_reports(runs: Sequence[Mapping], directory: str | os.PathLike) -
     return paths
 
 
-def _results_path(arg: str) -> Path:
-    """A workdir argument names its results.json; a file argument is taken as the results file itself."""
-    path = Path(arg)
-    return path if path.is_file() else path / RESULTS_FILE
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: one workdir rewrites its reports and prints Table 1; several print the mean ± std table."""
     parser = argparse.ArgumentParser(prog="python -m coevo_jax.experiment.report", description=__doc__)
@@ -101,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with several workdirs: also print each method minus this one (its title) in the same seed",
     )
     args = parser.parse_args(argv)
-    paths = [_results_path(arg) for arg in args.workdirs]
+    paths = [results_path(arg) for arg in args.workdirs]
     try:
         runs = [load_results(path) for path in paths]
         if len(runs) == 1:

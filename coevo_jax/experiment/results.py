@@ -31,6 +31,12 @@ def split_label(split: str) -> str:
     return SPLIT_LABELS.get(split, split)
 
 
+def results_path(arg: str | os.PathLike) -> Path:
+    """A workdir argument names its results.json; a file argument is taken as the results file itself."""
+    path = Path(arg)
+    return path if path.is_file() else path / RESULTS_FILE
+
+
 def load_results(path: str | os.PathLike) -> dict:
     """Read and minimally validate a results.json; every error message names the file."""
     path = Path(path)

@@ -20,6 +20,7 @@ import os
 import jax
 
 from coevo_jax import envs
+from coevo_jax.data.sources import check_trajectory_source
 from coevo_jax.experiment import processes, report, reuse
 from coevo_jax.experiment.config import COEVOLVE_METHODS, EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
@@ -46,8 +47,11 @@ def check_env_config(cfg: ExperimentConfig) -> None:
     arguments its factory accepts, an expert file that exists. Runs before the workdir is written, so a
     wrong config leaves nothing behind for the corrected rerun to be refused over."""
     envs.check_kwargs(cfg.env.name, dict(cfg.env.kwargs))
-    if cfg.env.experts_path and not os.path.isfile(cfg.env.experts_path):
-        raise FileNotFoundError(f"env.experts_path {cfg.env.experts_path}: no such file")
+    if cfg.env.experts_path:
+        try:
+            check_trajectory_source(cfg.env.experts_path)
+        except (OSError, ValueError) as error:
+            raise FileNotFoundError(f"env.experts_path {error}") from error
 
 
 def _eval_scalars(writer: ScalarWriter, method: str, entry: dict) -> None:

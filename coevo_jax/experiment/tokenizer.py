@@ -11,7 +11,7 @@ import os
 from transformers import AutoTokenizer
 
 from coevo_jax.experiment.atomic import atomic_path
-from coevo_jax.models.tokenizer_training import train_tokenizer_for_trajectories
+from coevo_jax.tokenization.training import train_tokenizer_for_trajectories
 
 TOKENIZER_DIR = "tokenizer"
 

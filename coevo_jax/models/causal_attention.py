@@ -1,6 +1,6 @@
 """Causal grouped-query attention for full sequences (training and scoring), block-wise with recompute.
 
-The dense path (`layers.attend`) materialises a [B, K, G, T, T] float32 score tensor and runs softmax
+The dense path (`kernels.xla.attend`) materialises a [B, K, G, T, T] float32 score tensor and runs softmax
 over all of it, half of which the causal mask throws away. Here queries are split into blocks of
 `block_size`; block i only scores keys [0, end_i), so the upper triangle is never computed. The forward
 keeps only the output and the per-row log-sum-exp; the backward recomputes each block's probabilities
@@ -164,7 +164,7 @@ def causal_attention(
 ) -> jax.Array:
     """Causal GQA attention over full sequences: query t sees keys s <= t whose `key_mask` is nonzero.
 
-    Equals `layers.attend` with `allowed = tril & key_mask` (scores and softmax in float32, output in q's
+    Equals `kernels.xla.attend` with `allowed = tril & key_mask` (scores and softmax in float32, output in q's
     dtype). `row_chunks` must divide B; rows are processed in that many sequential chunks.
     """
     batch, length, num_heads, head_dim = q_BxTxHxE.shape

@@ -21,6 +21,10 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 # `ModelConfig.attention`: how full-sequence passes attend (see `coevo_jax.models.fused_attention`).
 ATTENTION_CHOICES = ("auto", "blocked", "cudnn")
+# `ModelConfig.platform` and `ModelConfig.kernels`: what the programs are compiled for and which kernel set
+# computes them; 'auto' is resolved where the decoder is built (`coevo_jax.models.kernels.resolve`).
+PLATFORM_CHOICES = ("auto", "cpu", "gpu", "tpu")
+KERNEL_CHOICES = ("auto", "xla", "cpu")
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
@@ -77,6 +81,13 @@ class ModelConfig:
     # How full-sequence passes (training, scoring) attend: 'auto' takes cuDNN's fused kernel on a GPU where it
     # fits and the block-wise one elsewhere; 'blocked' and 'cudnn' force one (`models.fused_attention`).
     attention: str = "auto"
+    # The backend the programs are compiled for ('auto': the default backend where the decoder is built; a
+    # GPU program compiles on a CPU-only machine with 'gpu') and the kernel set that computes them: 'xla', or
+    # 'cpu' for XLA:CPU with the hand-written C++ kernels where they serve ('auto': those on a CPU when they
+    # build, unless COEVO_JAX_CPU_KERNELS=0). Both are resolved once, when the decoder is built
+    # (`models.kernels.resolve`); nothing reads the backend while tracing.
+    platform: str = "auto"
+    kernels: str = "auto"
     token_shift: int = 0  # previous tokens mixed into each input embedding (`token_shift`); 0 in checkpoints
     # LoRA (`coevo_jax.models.lora`): rank 0 is full fine-tuning; rank r > 0 adds rank-r adapters to the
     # `lora_targets` projections, scaled by lora_alpha / lora_rank, and only they are trained.
@@ -92,8 +103,13 @@ class ModelConfig:
             raise ValueError(f"num_heads={self.num_heads} not a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
-        if self.attention not in ATTENTION_CHOICES:
-            raise ValueError(f"attention={self.attention!r} not in {ATTENTION_CHOICES}")
+        for name, choices in [
+            ("attention", ATTENTION_CHOICES),
+            ("platform", PLATFORM_CHOICES),
+            ("kernels", KERNEL_CHOICES),
+        ]:
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name}={getattr(self, name)!r} not in {choices}")
         if self.token_shift < 0:
             raise ValueError(f"token_shift={self.token_shift} must be >= 0")
         self._check_lora()

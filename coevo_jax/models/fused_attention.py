@@ -31,33 +31,19 @@ def prefix_lengths(key_mask_BxT: jax.Array) -> tuple[jax.Array, jax.Array]:
     return lengths_B, jnp.all(valid_BxT == prefix_BxT)
 
 
-def uses_fused(attention: str, dtype, head_dim: int) -> bool:
-    """Whether full-sequence passes take `fused_causal_attention` (`ModelConfig.attention`).
+def uses_fused(attention: str, dtype, head_dim: int, platform: str) -> bool:
+    """Whether full-sequence passes take `fused_causal_attention` (`ModelConfig.attention`, resolved).
 
-    'auto' picks it on an NVIDIA GPU from Ampere on when cuDNN's kernel takes the shapes (bf16/fp16 compute,
-    head_dim a multiple of 8 up to 128); 'cudnn' always (and fails where cuDNN is missing); 'blocked' never.
+    'auto' picks it on a GPU platform when cuDNN's kernel takes the shapes (bf16/fp16 compute, head_dim a
+    multiple of 8 up to 128; `kernels.resolve` has already made 'auto' 'blocked' on GPUs without cuDNN's
+    flash attention); 'cudnn' always (and fails where cuDNN is missing); 'blocked' never.
     """
     if attention not in ATTENTION_CHOICES:
         raise ValueError(f"attention={attention!r} not in {ATTENTION_CHOICES}")
     if attention != "auto":
         return attention == "cudnn"
     fits = jnp.dtype(dtype) in _FUSED_DTYPES and head_dim % 8 == 0 and head_dim <= 128
-    return fits and _cudnn_flash_device()
-
-
-def _cudnn_flash_device() -> bool:
-    """Whether the default device is an NVIDIA GPU of compute capability 8.0 or newer (cuDNN's flash
-    attention needs Ampere). ROCm GPUs are a 'gpu' backend too, without cuDNN: their capability is a
-    'gfx...' name, not a number."""
-    if jax.default_backend() != "gpu":
-        return False
-    device = jax.devices()[0]
-    capability = getattr(device, "compute_capability", None)
-    try:
-        major = int(str(capability).split(".")[0])
-    except ValueError:
-        return False
-    return major >= 8
+    return fits and platform == "gpu"
 
 
 def fused_causal_attention(

@@ -21,8 +21,11 @@ result back with `with_leading_slots`: attention then reads W slots instead of S
 
 The decode loop runs on `by_layer(cache)`: keys and values as tuples of L separate buffers. XLA
 copies a layer's slice out of a stacked array before attention reads it, so a scan over the stacked cache
-reads and writes the whole cache once more per token (`bench/kv_layout.py`); separate buffers are read in
-place and updated in place. `stacked` turns them back after the loop.
+reads and writes the whole cache once more per token; separate buffers are read in place and updated in
+place. `stacked` turns them back after the loop.
+
+A cache may also keep the token in each slot (`token_ids_BxS`), for a model whose inputs depend on earlier
+tokens' ids; every function here carries them along with the slots when they are there.
 
 Shape legend: L layers, B batch, S capacity (slots), T chunk length, K kv heads, E head_dim.
 """
@@ -33,8 +36,6 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from coevo_jax.models.config import ModelConfig
-
 
 @struct.dataclass
 class KVCache:
@@ -43,7 +44,7 @@ class KVCache:
     keys: jax.Array  # [L, B, K, E, S], or L x [B, K, E, S] (`by_layer`)
     values: jax.Array  # [L, B, K, S, E], or L x [B, K, S, E]
     lengths_B: jax.Array  # int32 [B]: filled slots == next RoPE position
-    token_ids_BxS: jax.Array | None = None  # the token in each slot, for models with a token shift
+    token_ids_BxS: jax.Array | None = None  # int32 [B, S]: the token in each slot, if the cache keeps them
 
     @property
     def capacity(self) -> int:
@@ -56,15 +57,27 @@ class KVCache:
         return jnp.arange(self.capacity)[None, :] < self.lengths_B[:, None]
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
-    """An empty cache of `max_len` slots per row; `dtype` defaults to the compute dtype."""
-    dtype = cfg.dtype if dtype is None else dtype
-    heads = (cfg.num_layers, batch, cfg.num_kv_heads)
+def empty_cache(
+    layers: int, batch: int, kv_heads: int, head_dim: int, slots: int, dtype, *, token_ids: bool = False
+) -> KVCache:
+    """A cache of `slots` empty slots per row in `dtype`; with `token_ids`, keeping each slot's token."""
+    heads = (layers, batch, kv_heads)
     # Distinct buffers for keys and values, so the cache can be donated to a jitted step.
-    keys = jnp.zeros((*heads, cfg.head_dim, max_len), dtype)
-    values = jnp.zeros((*heads, max_len, cfg.head_dim), dtype)
-    ids = jnp.zeros((batch, max_len), jnp.int32) if cfg.token_shift else None
+    keys = jnp.zeros((*heads, head_dim, slots), dtype)
+    values = jnp.zeros((*heads, slots, head_dim), dtype)
+    ids = jnp.zeros((batch, slots), jnp.int32) if token_ids else None
     return KVCache(keys=keys, values=values, lengths_B=jnp.zeros((batch,), jnp.int32), token_ids_BxS=ids)
+
+
+def map_rows(cache: KVCache, fn) -> KVCache:
+    """`cache` with `fn(array, row_axis)` applied to each of its arrays (e.g. to shard or select rows)."""
+    ids = cache.token_ids_BxS
+    return KVCache(
+        keys=fn(cache.keys, 1),  # [L, B, K, E, S]
+        values=fn(cache.values, 1),  # [L, B, K, S, E]
+        lengths_B=fn(cache.lengths_B, 0),
+        token_ids_BxS=None if ids is None else fn(ids, 0),
+    )
 
 
 def leading_slots(cache: KVCache, size: int) -> KVCache:
@@ -93,6 +106,23 @@ def with_leading_slots(cache: KVCache, window: KVCache) -> KVCache:
         values=cache.values.at[:, :, :, :size].set(window.values),
         lengths_B=window.lengths_B,
         token_ids_BxS=ids,
+    )
+
+
+def with_prefix(cache: KVCache, prefix: KVCache, rows_B: jax.Array) -> KVCache:
+    """The cache with the first P slots of each row where `rows_B` replaced by `prefix` (one row, P slots)."""
+    size = prefix.capacity
+
+    def put(full, part, row_axis, slot_axis):
+        rows = rows_B.reshape([-1 if axis == row_axis else 1 for axis in range(full.ndim)])
+        slots = (slice(None),) * slot_axis + (slice(0, size),)
+        return full.at[slots].set(jnp.where(rows, part.astype(full.dtype), full[slots]))
+
+    ids = cache.token_ids_BxS
+    return cache.replace(
+        keys=put(cache.keys, prefix.keys, 1, 4),  # [L, B, K, E, S]
+        values=put(cache.values, prefix.values, 1, 3),  # [L, B, K, S, E]
+        token_ids_BxS=None if ids is None else put(ids, prefix.token_ids_BxS, 0, 1),  # [B, S]
     )
 
 

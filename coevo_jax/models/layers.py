@@ -1,12 +1,11 @@
-"""Building blocks of the decoder: annotated parameters, activation constraints, RMSNorm, RoPE, attention.
+"""Building blocks of the decoder: annotated parameters, activation constraints, RMSNorm, RoPE.
 
 Sharding is expressed with *logical* axis names only. Parameters carry them as `out_sharding` metadata
 (read them with `nnx.get_partition_spec(nnx.state(model))` under `nnx.logical_axis_rules(...)`);
 activations go through `constrain`, which is a no-op unless both logical axis rules and a mesh
 (`jax.set_mesh`) are active.
 
-Shape legend: B batch, T query length, S key/cache length, D model width, H query heads, K key/value
-heads, G = H // K query heads per kv head, E head_dim.
+Shape legend: B batch, T length, N heads, E head_dim.
 """
 
 from __future__ import annotations
@@ -18,10 +17,9 @@ from flax import nnx
 from flax.core import spmd as flax_spmd
 
 from coevo_jax.models.config import ModelConfig
-from coevo_jax.models.cpu_kernels import prefix_attention, prefix_attention_applies
-from coevo_jax.models.kv_cache import layer_slots
 
 MASKED_SCORE = float(np.finfo(np.float32).min)  # finite, so fully-masked rows give a uniform softmax, not NaN
+INIT_STD = 0.02  # HF `initializer_range`; real weights come from checkpoints
 
 
 def param(value: jax.Array, logical_axes: tuple[str, ...]) -> nnx.Param:
@@ -29,6 +27,11 @@ def param(value: jax.Array, logical_axes: tuple[str, ...]) -> nnx.Param:
     if len(logical_axes) != value.ndim:
         raise ValueError(f"{len(logical_axes)} axis names {logical_axes} for a {value.ndim}-d parameter")
     return nnx.Param(value, eager_sharding=False, out_sharding=logical_axes)
+
+
+def normal(rngs: nnx.Rngs, shape: tuple[int, ...], dtype) -> jax.Array:
+    """A fresh weight: normal with standard deviation `INIT_STD`, drawn in float32, stored in `dtype`."""
+    return (INIT_STD * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
 
 
 LAYERS_AXIS = "layers"  # logical name of the leading axis of stacked layer weights (never sharded)
@@ -119,87 +122,3 @@ def apply_rope(x_BxTxNxE: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndar
     rotated = jnp.concatenate([-second, first], axis=-1)
     out = x32 * jnp.cos(angles_BxTx1xE) + rotated * jnp.sin(angles_BxTx1xE)
     return out.astype(x_BxTxNxE.dtype)
-
-
-def attend(
-    q_BxTxHxE: jax.Array, k_BxKxExS: jax.Array, v_BxKxSxE: jax.Array, allowed_BxTxS: jax.Array
-) -> jax.Array:
-    """Grouped-query scaled dot-product attention; scores and softmax in float32, output in q's dtype.
-
-    Keys and values come as the KV cache holds them (keys [B, K, E, S], values [B, K, S, E]): with the
-    queries brought to [B, K, G, T, E] (small), both contractions are plain products per (row, head) that
-    read the cache in place, contiguous along what they sum or produce.
-    """
-    batch, length, num_heads, head_dim = q_BxTxHxE.shape
-    num_kv_heads = k_BxKxExS.shape[1]
-    q_BxKxGxTxE = q_BxTxHxE.reshape(
-        batch, length, num_kv_heads, num_heads // num_kv_heads, head_dim
-    ).transpose(0, 2, 3, 1, 4)
-    scores_BxKxGxTxS = jnp.einsum(
-        "bkgte,bkes->bkgts", q_BxKxGxTxE, k_BxKxExS, preferred_element_type=jnp.float32
-    ) * (head_dim**-0.5)
-    scores_BxKxGxTxS = jnp.where(allowed_BxTxS[:, None, None], scores_BxKxGxTxS, MASKED_SCORE)
-    probs_BxKxGxTxS = jax.nn.softmax(scores_BxKxGxTxS, axis=-1)
-    out_BxKxGxTxE = jnp.einsum("bkgts,bkse->bkgte", probs_BxKxGxTxS.astype(v_BxKxSxE.dtype), v_BxKxSxE)
-    out_BxTxKxGxE = out_BxKxGxTxE.transpose(0, 3, 1, 2, 4)
-    return out_BxTxKxGxE.reshape(batch, length, num_heads, head_dim).astype(q_BxTxHxE.dtype)
-
-
-def attend_cached_rows(
-    q_BxTxHxE: jax.Array,
-    keys_LxBxKxExS: jax.Array,
-    values_LxBxKxSxE: jax.Array,
-    layer: jax.Array,
-    allowed_BxTxS: jax.Array,
-    row_chunks: int,
-) -> jax.Array:
-    """`attend` over layer `layer` of the stacked cache (keys [L, B, K, E, S], values [L, B, K, S, E]), in
-    `row_chunks` sequential chunks of the batch rows (a `lax.map`; it must divide B); with one chunk (decode,
-    short chunks, accelerators) over the whole layer at once.
-
-    A prefill chunk of T tokens against S cached slots scores [K, G, T, S] per row: on the CPU one row's
-    scores stay in cache where a whole batch's do not, which made prefill several times faster. Each chunk of
-    rows is one slice [rows, K, E, S] of the stacked arrays, cast to q's dtype there: slicing the layer out
-    first and then its rows copied the keys and values two to three times (a fifth of a rollout prefill).
-
-    `allowed_BxTxS` must let each query attend a prefix of the slots, as `kv_cache.place_chunk` makes it. In
-    float32 on the CPU the hand-written `cpu_kernels.prefix_attention` then serves every chunk: it reads only
-    each query's prefix, not the whole window, in one pass (`bench/README.md`, session 15)."""
-    batch, length, num_heads, head_dim = q_BxTxHxE.shape
-    if batch % max(row_chunks, 1):
-        raise ValueError(f"row_chunks={row_chunks} must divide the batch of {batch}")
-    if prefix_attention_applies(q_BxTxHxE.dtype, keys_LxBxKxExS.dtype, head_dim):
-        num_kv_heads = keys_LxBxKxExS.shape[2]
-        groups = num_heads // num_kv_heads
-        q_BxKxQxE = (
-            q_BxTxHxE.reshape(batch, length, num_kv_heads, groups, head_dim)
-            .transpose(0, 2, 3, 1, 4)
-            .reshape(batch, num_kv_heads, groups * length, head_dim)
-        )  # Q = G * T, g-major, as the kernel takes them
-        limits_BxT = jnp.sum(allowed_BxTxS, axis=-1, dtype=jnp.int32)
-        out_BxKxQxE = prefix_attention(q_BxKxQxE, keys_LxBxKxExS, values_LxBxKxSxE, layer, limits_BxT)
-        out_BxTxKxGxE = out_BxKxQxE.reshape(batch, num_kv_heads, groups, length, head_dim).transpose(
-            0, 3, 1, 2, 4
-        )
-        return out_BxTxKxGxE.reshape(q_BxTxHxE.shape)
-    if row_chunks <= 1:
-        dtype = q_BxTxHxE.dtype
-        k_BxKxExS = layer_slots(keys_LxBxKxExS, layer).astype(dtype)
-        v_BxKxSxE = layer_slots(values_LxBxKxSxE, layer).astype(dtype)
-        return attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, allowed_BxTxS)
-    rows = batch // row_chunks
-
-    def split(x):
-        return x.reshape(row_chunks, rows, *x.shape[1:])
-
-    def chunk(args):
-        index, q_RxTxHxE, allowed_RxTxS = args
-        start = (layer, index * rows, 0, 0, 0)
-        k_RxKxExS = jax.lax.dynamic_slice(keys_LxBxKxExS, start, (1, rows, *keys_LxBxKxExS.shape[2:]))[0]
-        v_RxKxSxE = jax.lax.dynamic_slice(values_LxBxKxSxE, start, (1, rows, *values_LxBxKxSxE.shape[2:]))[0]
-        dtype = q_RxTxHxE.dtype
-        return attend(q_RxTxHxE, k_RxKxExS.astype(dtype), v_RxKxSxE.astype(dtype), allowed_RxTxS)
-
-    indices = jnp.arange(row_chunks, dtype=jnp.int32)
-    out = jax.lax.map(chunk, (indices, split(q_BxTxHxE), split(allowed_BxTxS)))
-    return out.reshape(q_BxTxHxE.shape)

@@ -31,6 +31,7 @@ from flax import nnx
 
 from coevo_jax.models.config import LORA_TARGETS, ModelConfig
 from coevo_jax.models.dense import dense
+from coevo_jax.models.kernels import kernel_set
 
 # target -> (sub-module of a Block, its base kernel, how many leading kernel axes are input axes)
 SITES = {
@@ -68,6 +69,7 @@ class LoRA(nnx.Module):
         self.scale = cfg.lora_scale
         self.dropout = cfg.lora_dropout
         self.salt = salt  # folded into the layer's dropout key: every adapter drops its own units
+        self.kernels = kernel_set(cfg)  # its products go where its base projection's go
 
     def matrices(self) -> tuple[jax.Array, jax.Array]:
         """(A [K, r], B [r, N]): the adapter as two plain matrices."""
@@ -81,7 +83,8 @@ class LoRA(nnx.Module):
             kept_MxK = jax.random.bernoulli(jax.random.fold_in(dropout_key, self.salt), keep, x_MxK.shape)
             x_MxK = jnp.where(kept_MxK, x_MxK / keep, 0).astype(x_MxK.dtype)
         a_KxR, b_RxN = self.matrices()
-        return dense(dense(x_MxK, a_KxR), b_RxN) * jnp.asarray(self.scale, x_MxK.dtype)
+        x_MxR = dense(x_MxK, a_KxR, self.kernels)
+        return dense(x_MxR, b_RxN, self.kernels) * jnp.asarray(self.scale, x_MxK.dtype)
 
 
 def add_adapters(blocks, cfg: ModelConfig, rngs: nnx.Rngs) -> None:

@@ -53,8 +53,8 @@ class GRPOObjective:
 class ObjectiveConfig:
     """Static loss settings: eq. 9 SFT normalisation, log-prob chunk length (tokens per row), whether the
     backward pass keeps the forward's logits (`losses.token_logprobs_from_hidden`: None keeps them up to
-    `losses.KEEP_LOGITS_MAX_BYTES`), GRPO's settings. DPO's beta varies by phase and comes to the objectives
-    as an argument."""
+    `chunked_logprobs.KEEP_LOGITS_MAX_BYTES`), GRPO's settings. DPO's beta varies by phase and comes to the
+    objectives as an argument."""
 
     sft_per_token: bool = False
     logprob_chunk_size: int = 1024

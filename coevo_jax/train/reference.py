@@ -13,7 +13,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh
 
-from coevo_jax.models.decoder import bind
+from coevo_jax.models import bind
 from coevo_jax.sharding import ShardingRules, activation_context
 from coevo_jax.train.objectives import ObjectiveConfig, pair_logprobs, token_logprobs
 

@@ -20,7 +20,8 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from coevo_jax.models import Decoder, ModelConfig, abstract_model, load_pretrained, partition_trainable
+from coevo_jax.checkpoint_formats import load_pretrained
+from coevo_jax.models import Decoder, ModelConfig, abstract_model, partition_trainable
 from coevo_jax.sharding import ShardingRules, checked_sharding, param_shardings, replicated
 
 

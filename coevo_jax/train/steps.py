@@ -32,7 +32,7 @@ import optax
 from flax import nnx, traverse_util
 from jax.sharding import Mesh, NamedSharding
 
-from coevo_jax.models.decoder import bind, combine_trainable
+from coevo_jax.models import bind, combine_trainable
 from coevo_jax.sharding import (
     PAIR_KEYS,
     SEQUENCE_KEYS,
@@ -125,7 +125,7 @@ def accumulate_gradients(
     `params` are the trainable parameters and `frozen` the rest of the policy (LoRA's base; no gradient is
     formed for it). `beta` is DPO's (eq. 7/9). `grad_shardings` keeps the float32 gradient sum in the
     parameters' (FSDP) sharding; `compute_shardings` is how all the weights are gathered for the
-    forward/backward pass (see `models.decoder.bind`). `dropout_key` (micro-batch k uses fold_in(key, k))
+    forward/backward pass (see `models.partition.bind`). `dropout_key` (micro-batch k uses fold_in(key, k))
     switches LoRA dropout on.
     """
     total = normaliser(batch)

@@ -1,0 +1,79 @@
+"""The bench scripts' boundary, and `bench_script`, how the other `test_bench_*` modules reach a bench script.
+
+`bench/` holds the maintained benchmarks, run as `python bench/<script>.py`: Python puts `bench/` first on
+the path, so a script imports the shared `common` module and the measuring modules (`flops`, `ceiling`,
+`op_profile`, `hlo_traffic`) by name. The tests of those scripts import them the same way, through
+`bench_script` alone; everything else the tests import is the package.
+"""
+
+import ast
+import importlib
+import re
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+# What a bench script may import from bench/: the shared module and the measuring modules, and `gpu_aot`
+# compiles `gpu_mfu`'s cases. The peers' model modules import `common` for the anchor.
+SHARED = {"common", "flops", "ceiling", "op_profile", "hlo_traffic"}
+ALSO = {"gpu_aot": {"gpu_mfu"}, "hf_generate": {"torch_llama"}, "trl_dpo": {"torch_llama"}}
+ALSO |= {"tunix_dpo": {"tunix_llama"}, "tunix_sample": {"tunix_llama"}}
+PATH_SETTERS = {"torch_llama", "tunix_llama"}  # they put bench/ on the path for `common`
+
+
+def bench_script(name: str):
+    """bench/<name>.py imported as it runs: with bench/ first on the path while it (and what it imports
+    from bench/) loads."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        module = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCH))
+    assert Path(module.__file__).parent == BENCH, f"{name}: {module.__file__} is not bench/{name}.py"
+    return module
+
+
+def _scripts() -> dict[str, Path]:
+    return {path.stem: path for path in sorted([*BENCH.glob("*.py"), *BENCH.glob("peers/*.py")])}
+
+
+def test_every_bench_script_says_what_it_is_and_imports_only_the_shared_modules():
+    scripts = _scripts()
+    assert {"common", "dpo_throughput", "gpu_mfu"} <= set(scripts)
+    for name, path in scripts.items():
+        tree = ast.parse(path.read_text())
+        assert ast.get_docstring(tree), f"{path}: no module docstring"
+        imported = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        imported |= {
+            node.module.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+        }
+        siblings = imported & set(scripts)
+        assert siblings <= SHARED | ALSO.get(name, set()), f"{path}: imports {sorted(siblings)}"
+        private = {
+            f"{node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in scripts
+            and node.attr.startswith("_")
+        }
+        assert not private, f"{path}: uses another script's private {sorted(private)}"
+        assert ("sys.path" in path.read_text()) == (name in PATH_SETTERS), path
+
+
+def test_run_all_runs_scripts_that_exist():
+    named = re.findall(r"bench/[\w/]+\.(?:py|sh)", (BENCH / "run_all.sh").read_text())
+    assert "bench/dpo_throughput.py" in named and "bench/compare.py" in named
+    assert all((BENCH.parent / path).exists() for path in named), named
+
+
+def test_bench_script_imports_a_script_from_bench():
+    common = bench_script("common")
+    assert common.MODEL["hidden_size"] == 256 and str(BENCH) not in sys.path
