@@ -126,8 +126,10 @@ def categorical(key: jax.Array, logits_BxV: jax.Array, kernels: XlaKernels = _XL
 def sample_with_logprobs(
     logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig, kernels: XlaKernels = _XLA
 ) -> tuple[jax.Array, jax.Array]:
-    """(int32 [B] tokens, float32 [B] log-probs): `sample_tokens`'s draw and its log-probability under the
-    distribution it was drawn from, log softmax(`sampling_logits`)[token] (greedy: under softmax(logits)).
+    """(int32 [B] tokens, float32 [B] log-probs): the argmax, or a sample from softmax(logits / T) restricted
+    to the top-k / top-p set, and its log-probability under the distribution it was drawn from,
+    log softmax(`sampling_logits`)[token] (greedy: under softmax(logits)). `key`: one key for the batch, or a
+    [B] key array (row b sampled with key[b] alone).
 
     These are the "old" log-probs of GRPO's importance ratio; a trainer reproduces them from the same
     logits divided by the same temperature (top-k / top-p truncation it cannot reproduce). `kernels`: the
@@ -140,15 +142,6 @@ def sample_with_logprobs(
         normaliser_B = kernels.log_normaliser(logits_BxV)
     chosen_B = jnp.take_along_axis(logits_BxV, token_B[:, None], axis=-1)[:, 0]
     return token_B, chosen_B - normaliser_B
-
-
-def sample_tokens(
-    logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig, kernels: XlaKernels = _XLA
-) -> jax.Array:
-    """int32 [B]: argmax, or a sample from softmax(logits / T) restricted to the top-k / top-p set.
-
-    `key`: one key for the batch, or a [B] key array (row b sampled with key[b] alone)."""
-    return sample_with_logprobs(logits_BxV, key, cfg, kernels)[0]
 
 
 def _fold_in(key: jax.Array, data) -> jax.Array:

@@ -1,7 +1,9 @@
 """Pure loss functions of "Co-Evolving Agents" (arXiv 2511.22254), importable by any JAX project.
 
 Every function takes and returns plain arrays: no Flax, no globals, safe under jit, vmap and grad. Math is
-float32 even when logits or hidden states arrive in bfloat16.
+float32 even when logits or hidden states arrive in bfloat16. The equations' entry points check their inputs'
+shapes with chex when traced (no cost under jit), so a mis-shaped input fails naming the function instead of
+broadcasting silently.
 
 Shape legend: B batch (sequences or pairs), T tokens, V vocabulary, D hidden size, N = B*T flattened tokens.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -40,6 +43,22 @@ def token_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array
     return target_logits - log_normaliser
 
 
+def _check_tokens(name: str, logits_BxTxV, targets_BxT, loss_mask_BxT) -> None:
+    """Shape checks at trace time (no cost under jit): logits [B, T, V], targets and mask [B, T]."""
+    message = f"{name}: logits [B, T, V], targets and loss_mask [B, T]"
+    chex.assert_rank(logits_BxTxV, 3, custom_message=message)
+    chex.assert_rank([targets_BxT, loss_mask_BxT], 2, custom_message=message)
+    chex.assert_equal_shape([targets_BxT, loss_mask_BxT], custom_message=message)
+    chex.assert_equal_shape_prefix([logits_BxTxV, targets_BxT], 2, custom_message=message)
+
+
+def _check_pairs(name: str, *per_pair_B) -> None:
+    """Shape check at trace time (no cost under jit): every per-pair array is [B], the same B."""
+    message = f"{name}: every per-pair array [B], the same B"
+    chex.assert_rank(list(per_pair_B), 1, custom_message=message)
+    chex.assert_equal_shape(list(per_pair_B), custom_message=message)
+
+
 def masked_sum(values_BxT: jax.Array, loss_mask_BxT: jax.Array) -> jax.Array:
     """Sum over T of `values` where the mask is set; masked entries never leak NaN or inf: [B]."""
     keep = loss_mask_BxT.astype(bool)
@@ -48,6 +67,7 @@ def masked_sum(values_BxT: jax.Array, loss_mask_BxT: jax.Array) -> jax.Array:
 
 def sequence_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array, loss_mask_BxT: jax.Array) -> jax.Array:
     """log pi(e|u) of eq. 2/4: the sum of action-token log-probs of each sequence, [B]."""
+    _check_tokens("sequence_logprobs", logits_BxTxV, targets_BxT, loss_mask_BxT)
     return masked_sum(token_logprobs(logits_BxTxV, targets_BxT), loss_mask_BxT)
 
 
@@ -75,6 +95,7 @@ def sft_terms_from_token_logprobs(token_logps_BxT: jax.Array, loss_mask_BxT: jax
 
 def sft_terms(logits_BxTxV: jax.Array, targets_BxT: jax.Array, loss_mask_BxT: jax.Array) -> SFTTerms:
     """(sum of NLL, token count) of eq. 3/5 over the action tokens of a batch."""
+    _check_tokens("sft_terms", logits_BxTxV, targets_BxT, loss_mask_BxT)
     return sft_terms_from_token_logprobs(token_logprobs(logits_BxTxV, targets_BxT), loss_mask_BxT)
 
 
@@ -109,6 +130,13 @@ def dpo_loss(
     The implicit reward of a trajectory is beta * (log pi(e|u) - log pi_ref(e|u)); accuracy is 1 where the
     chosen reward exceeds the rejected one.
     """
+    _check_pairs(
+        "dpo_loss",
+        policy_chosen_logps,
+        policy_rejected_logps,
+        reference_chosen_logps,
+        reference_rejected_logps,
+    )
     chosen_log_ratio = _at_least_float32(policy_chosen_logps) - _at_least_float32(reference_chosen_logps)
     rejected_log_ratio = _at_least_float32(policy_rejected_logps) - _at_least_float32(
         reference_rejected_logps
@@ -159,6 +187,17 @@ def coevo_loss(
     tokens; `sft_per_token=True` divides it by that token count (an RPO-style per-token NLL, ~1/130 of the
     paper's anchor on the built-in experts). `pair_mask` [B] marks real pairs (1) against batch padding (0).
     """
+    per_pair_inputs = [chosen_token_counts, lambda_dpo, lambda_sft] + (
+        [] if pair_mask is None else [pair_mask]
+    )
+    _check_pairs(
+        "coevo_loss",
+        policy_chosen_logps,
+        policy_rejected_logps,
+        reference_chosen_logps,
+        reference_rejected_logps,
+        *per_pair_inputs,
+    )
     dpo = dpo_loss(
         policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps, beta
     )
@@ -194,6 +233,7 @@ def group_advantages(rewards_GxK: jax.Array, *, scale: str = "group", eps: float
     """
     if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"scale {scale!r} not in {ADVANTAGE_SCALES}")
+    chex.assert_rank(rewards_GxK, 2, custom_message="group_advantages: rewards [G, K]")
     rewards = _at_least_float32(rewards_GxK)
     group_size = rewards.shape[-1]
     centred = rewards - jnp.mean(rewards, axis=-1, keepdims=True)
@@ -239,6 +279,14 @@ def grpo_loss(
         raise ValueError(f"aggregation {aggregation!r} not in {GRPO_AGGREGATIONS}")
     if ref_logps_BxT is None and not (isinstance(beta, int | float) and beta == 0):
         raise ValueError("grpo_loss without reference log-probs needs beta == 0")
+    message = "grpo_loss: log-probs and loss_mask [B, T], advantages [B]"
+    token_arrays = [logps_BxT, old_logps_BxT, loss_mask_BxT] + (
+        [] if ref_logps_BxT is None else [ref_logps_BxT]
+    )
+    chex.assert_rank(token_arrays, 2, custom_message=message)
+    chex.assert_equal_shape(token_arrays, custom_message=message)
+    chex.assert_rank(advantages_B, 1, custom_message=message)
+    chex.assert_equal_shape([advantages_B, logps_BxT], dims=0, custom_message=message)
     keep = loss_mask_BxT.astype(bool)
     logps = _at_least_float32(logps_BxT)
     # Masked positions are zeroed before exp, so garbage there never reaches a value or a gradient.

@@ -58,7 +58,7 @@ def main(argv) -> None:
     from coevo_jax import sharding
     from coevo_jax.experiment.config import ExperimentConfig
     from coevo_jax.experiment.run import run
-    from coevo_jax.experiment.tables import table_markdown
+    from coevo_jax.reporting.tables import table_markdown
 
     cache = compilation_cache_dir(_COMPILATION_CACHE.value, _WORKDIR.value)
     if cache is not None:

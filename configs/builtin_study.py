@@ -7,7 +7,7 @@ co-evolution's two agents play together (`match_exploration`). Five seeds, then 
 
     for s in 0 1 2 3 4; do python -m coevo_jax.main --config=configs/builtin_study.py --config.seed=$s \\
         --workdir=workdir_study_$s; done
-    python -m coevo_jax.experiment.report workdir_study_{0,1,2,3,4} --figures docs/study
+    python -m coevo_jax.reporting.report workdir_study_{0,1,2,3,4} --figures docs/study
 """
 
 import os

@@ -8,7 +8,7 @@ cores. Why, and the timings: docs/results.md#coevolve-study. Needs only the pack
 
     for s in 0 1 2; do python -m coevo_jax.main --config=configs/coevolve_study.py --config.seed=$s \\
         --workdir=workdir_coevolve_$s; done
-    python -m coevo_jax.experiment.report workdir_coevolve_0 workdir_coevolve_1 workdir_coevolve_2 \\
+    python -m coevo_jax.reporting.report workdir_coevolve_0 workdir_coevolve_1 workdir_coevolve_2 \\
         --figures docs/coevolve_study
 """
 

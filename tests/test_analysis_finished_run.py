@@ -14,7 +14,7 @@ from test_experiment import tiny_config
 
 from coevo_jax import envs
 from coevo_jax.analysis import dev_eval, dpo_lr_probe, grpo_logprob_gap, grpo_paired_baseline, sampled_eval
-from coevo_jax.data.records import read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.experiment.run import run
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"

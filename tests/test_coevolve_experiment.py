@@ -20,9 +20,9 @@ from coevo_jax import envs
 from coevo_jax.coevolve.pool import TaskPool
 from coevo_jax.envs.base import record_expert_trajectory
 from coevo_jax.experiment import coevolve_loop
-from coevo_jax.experiment.results import load_results
 from coevo_jax.experiment.run import run
 from coevo_jax.experiment.tensorboard import read_scalars
+from coevo_jax.reporting.results import load_results
 
 ENV_KWARGS = {
     "seed": 0,

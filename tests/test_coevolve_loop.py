@@ -17,9 +17,9 @@ from coevo_jax.data.records import write_trajectories
 from coevo_jax.envs.base import TaskSpec, record_expert_trajectory
 from coevo_jax.experiment import coevolve_loop, grpo, methods
 from coevo_jax.experiment.coevolve_loop import CoEvolveLoop, rounds_due, training_tasks, with_pool_tasks
-from coevo_jax.experiment.figures import pool_makeup_figure
-from coevo_jax.experiment.report import write_reports
 from coevo_jax.experiment.store import RunStore
+from coevo_jax.reporting.figures import pool_makeup_figure
+from coevo_jax.reporting.report import write_reports
 
 ENV_KWARGS = {"seed": 0, "num_train": 16, "num_test_seen": 4, "num_test_unseen": 4}
 CONFIG = coevolve.CoEvolveConfig(every_steps=2, max_signals=4, explorations_per_signal=1)

@@ -17,7 +17,8 @@ from coevo_jax.data.chat_format import (
 )
 from coevo_jax.data.chat_templates import CHATML_TEMPLATE, LLAMA2_CHAT_TEMPLATE
 from coevo_jax.data.pairs import build_target_pairs
-from coevo_jax.data.records import Message, Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Message, Trajectory
 from coevo_jax.tokenization.gguf import load_gguf_tokenizer
 
 RECORDS = os.path.join(os.path.dirname(__file__), "data", "eto_records.jsonl")

@@ -18,7 +18,8 @@ from coevo_jax.data.pairs import (
     build_failure_pairs,
     build_target_pairs,
 )
-from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory, read_trajectories, write_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory, write_trajectories
 from coevo_jax.tokenization.gguf import load_gguf_tokenizer
 
 RECORDS = os.path.join(os.path.dirname(__file__), "data", "eto_records.jsonl")

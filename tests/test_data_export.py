@@ -17,7 +17,8 @@ import pytest
 
 from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import build_eto_pairs, build_failure_pairs, build_target_pairs
-from coevo_jax.data.records import Message, TokenTrace, Trajectory, read_trajectories, write_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Message, TokenTrace, Trajectory, write_trajectories
 from coevo_jax.data.sources import check_trajectory_source, read_pair_source, read_trajectory_source
 from coevo_jax.experiment.config import EnvConfig, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts

@@ -15,7 +15,8 @@ from coevo_jax.data.formats import (
 )
 from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import build_target_pairs
-from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 RECORDS = os.path.join(DATA, "eto_records.jsonl")

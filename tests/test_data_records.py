@@ -14,14 +14,13 @@ from coevo_jax.data.converters import (
     read_intercode_trajectories,
 )
 from coevo_jax.data.json_files import DataFormatError, load_json_records
+from coevo_jax.data.record_reader import parse_record, read_trajectories
 from coevo_jax.data.records import (
     ASSISTANT,
     USER,
     Message,
     Trajectory,
     Turn,
-    parse_record,
-    read_trajectories,
     trajectory_to_record,
     write_trajectories,
 )

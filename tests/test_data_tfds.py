@@ -12,7 +12,8 @@ import tensorflow_datasets as tfds
 from coevo_jax.data import tfds_builders
 from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import build_target_pairs
-from coevo_jax.data.records import TokenTrace, Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import TokenTrace, Trajectory
 from coevo_jax.data.tfds_builders import (
     read_pairs_dataset,
     read_preference_dataset,
@@ -132,7 +133,7 @@ def test_fresh_interpreter_builds_and_reads_without_importing_tensorflow(tmp_pat
         f"""
         import sys
 
-        from coevo_jax.data.records import read_trajectories
+        from coevo_jax.data.record_reader import read_trajectories
         from coevo_jax.data.tfds_builders import read_trajectories_dataset, write_trajectories_dataset
 
         trajectories = read_trajectories({RECORDS!r})

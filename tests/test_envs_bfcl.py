@@ -11,7 +11,7 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax import envs
-from coevo_jax.data.records import read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.envs.bfcl import BfclEnv, backend
 from coevo_jax.envs.bfcl.calls import decode_action
 from coevo_jax.envs.bfcl.data import BFCL_VERSION, CATEGORIES, PYTHON_HINT, bfcl_module, load_category

@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from coevo_jax.data.records import ASSISTANT, read_trajectories, write_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import ASSISTANT, write_trajectories
 from coevo_jax.envs import make
 from coevo_jax.envs.builtin import BuiltinEnv
 from coevo_jax.envs.builtin.tasks import SEEN_FAMILIES, UNSEEN_FAMILIES

@@ -18,15 +18,7 @@ from coevo_jax.envs import make
 from coevo_jax.envs.base import ExpertStep
 from coevo_jax.envs.intercode_sql.agreement import reward_agreement
 from coevo_jax.envs.intercode_sql.db import build_databases
-from coevo_jax.envs.intercode_sql.env import (
-    MAX_STEPS,
-    UNSEEN_DATABASES,
-    InterCodeSqlEnv,
-    like_match,
-    mysql_error_message,
-    normalize_action,
-    render_output,
-)
+from coevo_jax.envs.intercode_sql.env import MAX_STEPS, UNSEEN_DATABASES, InterCodeSqlEnv
 from coevo_jax.envs.intercode_sql.experts import (
     HARNESS_REJECTION,
     GptEpisode,
@@ -35,6 +27,12 @@ from coevo_jax.envs.intercode_sql.experts import (
     replay_experts,
 )
 from coevo_jax.envs.intercode_sql.sandbox import TruncatedRows
+from coevo_jax.envs.intercode_sql.statements import (
+    like_match,
+    mysql_error_message,
+    normalize_action,
+    render_output,
+)
 from coevo_jax.react import INVALID_FORMAT_OBSERVATION, parse_action
 from coevo_jax.rollout import RolloutConfig, ScriptedActor, run_rollouts
 

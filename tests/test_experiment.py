@@ -14,7 +14,7 @@ import pytest
 from seeds import fresh_seed
 
 from coevo_jax.coevolve import ABLATIONS
-from coevo_jax.data.records import read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.experiment import phases, rollouts
 from coevo_jax.experiment.config import (
     EXECUTION_FIELDS,
@@ -30,12 +30,12 @@ from coevo_jax.experiment.experts import generate_experts
 from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.programs import Programs, objective_config
-from coevo_jax.experiment.results import load_results
 from coevo_jax.experiment.run import run
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.experiment.tensorboard import read_scalars
+from coevo_jax.reporting.results import load_results
 from coevo_jax.train import StepKind
-from coevo_jax.train.steps import JittedStep, JittedTrainStep, PolicySteps
+from coevo_jax.train.compiled_steps import JittedStep, JittedTrainStep, PolicySteps
 
 CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
 

@@ -7,7 +7,7 @@ import scipy.special
 import scipy.stats
 from seeds import fresh_seed
 
-from coevo_jax.experiment import paired
+from coevo_jax.reporting import paired
 
 SPLITS = ["test_seen", "test_unseen"]
 

@@ -18,7 +18,8 @@ import pytest
 import scipy.stats
 from seeds import fresh_seed
 
-from coevo_jax.experiment.figures import (
+from coevo_jax.experiment.tensorboard import ScalarWriter, read_scalars
+from coevo_jax.reporting.figures import (
     STEP_WINDOW,
     failure_analysis_figure,
     failure_series,
@@ -27,9 +28,9 @@ from coevo_jax.experiment.figures import (
     plot_reward_curves,
     reward_curves_figure,
 )
-from coevo_jax.experiment.report import write_reports
-from coevo_jax.experiment.results import aggregate_runs, final_scores
-from coevo_jax.experiment.tables import (
+from coevo_jax.reporting.report import write_reports
+from coevo_jax.reporting.results import aggregate_runs, final_scores
+from coevo_jax.reporting.tables import (
     details_markdown,
     grpo_details_markdown,
     table_markdown,
@@ -37,7 +38,6 @@ from coevo_jax.experiment.tables import (
     table_markdown_mean_std,
     table_markdown_paired,
 )
-from coevo_jax.experiment.tensorboard import ScalarWriter, read_scalars
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ["test_seen", "test_unseen"]
@@ -251,10 +251,10 @@ def test_plots_without_explore_or_eval_data_do_not_crash(tmp_path):
     assert "—" in table_markdown(no_eval)
 
 
-def run_cli(*args):
+def run_cli(*args, module="coevo_jax.reporting.report"):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
-        [sys.executable, "-m", "coevo_jax.experiment.report", *map(str, args)],
+        [sys.executable, "-m", module, *map(str, args)],
         capture_output=True,
         text=True,
         env=env,
@@ -273,6 +273,15 @@ def test_cli_single_workdir_rewrites_reports_and_prints_table(tmp_path):
     assert (tmp_path / "table.md").read_text() == table_markdown(results)
     assert_png(tmp_path / "reward_curves.png")
     assert_png(tmp_path / "failure_analysis.png")
+
+
+def test_cli_old_name_runs_the_same_report(tmp_path):
+    results = make_results(seed=8)
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    proc = run_cli(tmp_path, module="coevo_jax.experiment.report")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == table_markdown(results)
+    assert proc.stdout == run_cli(tmp_path).stdout
 
 
 def test_cli_several_workdirs_print_mean_std_and_write_out(tmp_path):

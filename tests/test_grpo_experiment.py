@@ -14,9 +14,9 @@ from coevo_jax import sharding
 from coevo_jax.data.records import Message, TokenTrace, Trajectory
 from coevo_jax.experiment import grpo
 from coevo_jax.experiment.config import GRPOConfig
-from coevo_jax.experiment.results import load_results
 from coevo_jax.experiment.run import run
 from coevo_jax.experiment.tensorboard import read_scalars
+from coevo_jax.reporting.results import load_results
 
 
 def _episode(task: str, sample: int, reward: float, reason: str = "done") -> Trajectory:

@@ -255,3 +255,21 @@ def test_tempered_logprobs_from_hidden_and_their_gradients_match_float64_referen
     d_logits = weights[..., None] * (np.eye(vocab)[targets] - np.exp(log_probs)) / temperature
     assert_close(got_h, d_logits @ w.T, seed, atol=1e-5)
     assert_close(got_w, np.einsum("btd,btv->dv", h, d_logits), seed, atol=1e-5)
+
+
+def test_mis_shaped_inputs_are_named_not_broadcast():
+    with pytest.raises(AssertionError, match="group_advantages"):
+        losses.group_advantages(np.zeros(4))  # one group without its axis
+    logps, adv = np.zeros((3, 5), np.float32), np.zeros(3, np.float32)
+    mask = np.ones((3, 5), np.float32)
+    for bad in (
+        (logps, logps, logps, adv[:, None], mask),  # advantages [B, 1]
+        (logps, logps, logps, adv[:2], mask),  # advantages of another batch
+        (logps, logps[:, :1], logps, adv, mask),  # old log-probs that would broadcast
+        (logps, logps, logps[0], adv, mask),  # reference log-probs without the batch axis
+        (logps, logps, logps, adv, mask[:, :4]),  # a mask of another length
+    ):
+        with pytest.raises(AssertionError, match="grpo_loss"):
+            losses.grpo_loss(*bad)
+        with pytest.raises(AssertionError, match="grpo_loss"):
+            jax.jit(losses.grpo_loss)(*bad)

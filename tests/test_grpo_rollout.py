@@ -15,7 +15,8 @@ from train_fixtures import TINY
 from coevo_jax.data.batching import collate_grpo, sampled_sequence
 from coevo_jax.data.chat_format import chat_format_for
 from coevo_jax.data.json_files import DataFormatError
-from coevo_jax.data.records import Message, TokenTrace, Trajectory, parse_record, read_trajectories
+from coevo_jax.data.record_reader import parse_record, read_trajectories
+from coevo_jax.data.records import Message, TokenTrace, Trajectory
 from coevo_jax.envs import make
 from coevo_jax.models import Decoder
 from coevo_jax.rollout import ModelActor, RolloutConfig, ScriptedActor, TurnCodec, run_rollouts

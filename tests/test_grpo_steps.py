@@ -23,7 +23,7 @@ from train_fixtures import (
 from coevo_jax.data.batching import SampledSequence, collate_grpo
 from coevo_jax.data.chat_format import TokenizedTrajectory
 from coevo_jax.train import GRPOObjective, StepKind
-from coevo_jax.train.steps import grpo_keys
+from coevo_jax.train.compiled_steps import grpo_keys
 
 GRPO_OBJ = OBJ.__class__(logprob_chunk_size=OBJ.logprob_chunk_size, grpo=GRPOObjective(beta=0.05))
 PARAM_TOL = dict(rtol=1e-5, atol=2e-5)  # as tests/test_train_steps.py (Adam's first update near |g| ~ eps)

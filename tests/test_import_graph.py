@@ -1,5 +1,6 @@
-"""The package's import graph, read from the source: no import cycle, and the layering holds: environments
-import nothing above them; the network (`models`) imports nothing outside itself, and inside it only the
+"""The package's import graph, read from the source: no import cycle, and the layering holds: each layer of
+`LAYERS` imports nothing above it (nothing below the job driver imports `experiment`); environments import
+nothing above them; the network (`models`) imports nothing outside itself, and inside it only the
 kernel set chooses the platform-specific kernels; checkpoint formats and tokenizers import only what they
 read and write; the paper's losses stay plain JAX.
 
@@ -13,8 +14,41 @@ import pathlib
 import coevo_jax
 
 ROOT = pathlib.Path(coevo_jax.__file__).parent
+# The package's layers, bottom first: a module imports from its own layer or those below, never above, so
+# nothing below the job driver (`experiment`) imports it, and only the entry points sit above it.
+LAYERS = (
+    # pure functions and data: the paper's losses, trajectories, the network, its files and tokenizers
+    (
+        "coevo_jax.atomic_files",
+        "coevo_jax.react",
+        "coevo_jax.losses",
+        "coevo_jax.chunked_logprobs",
+        "coevo_jax.data",
+        "coevo_jax.models",
+        "coevo_jax.checkpoint_formats",
+        "coevo_jax.tokenization",
+        "coevo_jax.sharding",
+    ),
+    # what runs them: environments, training steps and their checkpoints, sampling
+    (
+        "coevo_jax.envs",
+        "coevo_jax.train",
+        "coevo_jax.checkpoints",
+        "coevo_jax.sampling",
+        "coevo_jax.decode_loop",
+        "coevo_jax.generate",
+    ),
+    # the agent in its environments, and CoEvolve's task synthesis
+    ("coevo_jax.rollout", "coevo_jax.coevolve"),
+    # reports on a job's results.json: statistics, tables, figures (the job driver writes them at its end)
+    ("coevo_jax.reporting",),
+    # the job driver
+    ("coevo_jax.experiment",),
+    # entry points over the job and its workdirs
+    ("coevo_jax.main", "coevo_jax.analysis"),
+)
 # What the environments may import from coevo_jax: themselves, trajectory data and the ReAct format.
-ENVS_MAY_IMPORT = ("coevo_jax.envs", "coevo_jax.data", "coevo_jax.react")
+ENVS_MAY_IMPORT = ("coevo_jax.envs", "coevo_jax.data", "coevo_jax.react", "coevo_jax.atomic_files")
 # What each layer may import from coevo_jax, by module-name prefix (itself always).
 MAY_IMPORT = {
     # the network: nothing of checkpoints, tokenizers, sampling, training or the experiment
@@ -27,6 +61,7 @@ MAY_IMPORT = {
         "coevo_jax.models.dense",
         "coevo_jax.models.layers",
         "coevo_jax.models.kv_cache",
+        "coevo_jax.atomic_files",
     ),
     # the differentiable product takes the kernel set as an argument, and imports nothing
     "coevo_jax.models.dense": (),
@@ -39,6 +74,7 @@ MAY_IMPORT = {
         "coevo_jax.models.config",
         "coevo_jax.models.decoder",
         "coevo_jax.models.lora",
+        "coevo_jax.atomic_files",
     ),
     # tokenizers know text and trajectories, not the network
     "coevo_jax.tokenization": ("coevo_jax.tokenization", "coevo_jax.data.records"),
@@ -165,6 +201,42 @@ def test_each_layer_imports_only_what_it_may():
         and not any(module == ok or module.startswith(ok + ".") for ok in MAY_IMPORT[layer])
     }
     assert upward == set()
+
+
+def _rank(name: str) -> int | None:
+    """The index in `LAYERS` of the layer that module `name` belongs to."""
+    ranks = [
+        rank
+        for rank, layer in enumerate(LAYERS)
+        for prefix in layer
+        if name == prefix or name.startswith(prefix + ".")
+    ]
+    return ranks[0] if ranks else None
+
+
+def test_every_module_has_a_layer():
+    assert {name for name in _graph() if name != "coevo_jax" and _rank(name) is None} == set()
+
+
+def test_no_module_imports_from_a_layer_above_it():
+    upward = {
+        (name, module)
+        for name, imported in _graph().items()
+        if name != "coevo_jax"
+        for module in imported
+        if _rank(module) is not None and _rank(module) > _rank(name)
+    }
+    assert upward == set()
+
+
+def test_only_the_entry_points_import_the_job_driver():
+    importers = {
+        name
+        for name, imported in _graph().items()
+        if not name.startswith("coevo_jax.experiment")
+        and any(module.startswith("coevo_jax.experiment") for module in imported)
+    }
+    assert importers and all(_rank(name) == len(LAYERS) - 1 for name in importers)
 
 
 def test_only_the_kernel_set_reaches_the_cpu_kernels():

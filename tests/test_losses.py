@@ -318,3 +318,38 @@ def test_dpo_loss_traces_once_for_fixed_shapes():
 
     for _ in range(3):
         step(*(jnp.asarray(np.random.default_rng(i).standard_normal(4), jnp.float32) for i in range(4)))
+
+
+def _token_inputs(batch=2, length=5, vocab=7):
+    logits = np.zeros((batch, length, vocab), np.float32)
+    return logits, np.zeros((batch, length), np.int32), np.ones((batch, length), np.float32)
+
+
+@pytest.mark.parametrize("function", [losses.sequence_logprobs, losses.sft_terms, losses.sft_loss])
+def test_mis_shaped_token_inputs_are_named_not_broadcast(function):
+    logits, targets, mask = _token_inputs()
+    name = "sft_terms" if function is losses.sft_loss else function.__name__
+    for bad in (
+        (logits[0], targets, mask),  # logits without the batch axis
+        (logits, targets, mask[:, :1]),  # a mask that would broadcast over T
+        (logits, targets[:1], mask[:1]),  # targets of another batch
+        (logits, targets[:, None], mask),  # targets with an extra axis
+    ):
+        with pytest.raises(AssertionError, match=name):
+            function(*bad)
+        with pytest.raises(AssertionError, match=name):  # at trace time, under jit too
+            jax.jit(function)(*bad)
+
+
+def test_mis_shaped_pair_inputs_are_named_not_broadcast():
+    b = np.zeros(4, np.float32)
+    for bad in ((b[:, None], b, b, b), (b, b[:1], b, b), (b, b, b, np.float32(0.0))):
+        with pytest.raises(AssertionError, match="dpo_loss"):
+            losses.dpo_loss(*bad, 0.1)
+        with pytest.raises(AssertionError, match="coevo_loss"):
+            losses.coevo_loss(*bad, b, b, b, 0.1)
+    for weights in ((b[:1], b, b), (b, b[:, None], b), (b, b, np.ones(()))):
+        with pytest.raises(AssertionError, match="coevo_loss"):
+            losses.coevo_loss(b, b, b, b, *weights, 0.1)
+    with pytest.raises(AssertionError, match="coevo_loss"):
+        losses.coevo_loss(b, b, b, b, b, b, b, 0.1, pair_mask=np.ones(3))

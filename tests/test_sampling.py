@@ -12,7 +12,7 @@ from flax import nnx
 from model_fixtures import KITCHEN_SINK, VOCAB, random_decoder, with_config
 from seeds import fresh_seed
 
-from coevo_jax.decode_loop import categorical, sample_tokens
+from coevo_jax.decode_loop import categorical, sample_with_logprobs
 from coevo_jax.models.kernels import CpuKernels, XlaKernels
 from coevo_jax.sampling import (
     CACHE_FULL,
@@ -220,7 +220,7 @@ def test_sampling_distribution_matches_numpy_reference(temperature, top_k, top_p
     cfg = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
     draws = 20000
     batch = jnp.broadcast_to(jnp.asarray(logits), (draws, 12))
-    samples = np.asarray(sample_tokens(batch, jax.random.key(int(rng.randint(1 << 30))), cfg))
+    samples = np.asarray(sample_with_logprobs(batch, jax.random.key(int(rng.randint(1 << 30))), cfg)[0])
     expected = _nucleus_reference(logits, temperature, top_k, top_p)
     observed = np.bincount(samples, minlength=12) / draws
     assert np.all(observed[expected == 0] == 0), "a token outside the top-k/top-p set was sampled"
@@ -274,9 +274,9 @@ def test_categorical_draws_what_jax_random_categorical_draws():
 def test_greedy_and_tiny_top_p_are_argmax():
     logits = jnp.asarray(np.random.RandomState(0).standard_normal((4, 50)), jnp.float32)
     argmax = np.argmax(np.asarray(logits), axis=-1)
-    assert np.asarray(sample_tokens(logits, jax.random.key(0), SamplingConfig())).tolist() == argmax.tolist()
-    tiny = SamplingConfig(temperature=1.0, top_p=1e-6)
-    assert np.asarray(sample_tokens(logits, jax.random.key(0), tiny)).tolist() == argmax.tolist()
+    for cfg in (SamplingConfig(), SamplingConfig(temperature=1.0, top_p=1e-6)):
+        tokens, _ = sample_with_logprobs(logits, jax.random.key(0), cfg)
+        assert np.asarray(tokens).tolist() == argmax.tolist()
 
 
 def test_one_compile_per_bucket_and_one_decode(model):

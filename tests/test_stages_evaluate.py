@@ -6,7 +6,8 @@ import types
 
 import pytest
 
-from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory
 from coevo_jax.experiment import rollouts, stages
 from coevo_jax.experiment.store import RunStore
 

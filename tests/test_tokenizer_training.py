@@ -10,7 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from coevo_jax.data.chat_format import chat_format_for, describe_mask, tokenize_trajectory
-from coevo_jax.data.records import Message, Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Message, Trajectory
 from coevo_jax.tokenization.training import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,
@@ -63,7 +64,7 @@ REACT_MARKED = (
 # Trains the same corpus in a fresh process with one thread and another hash seed; prints the result's hash.
 FRESH_PROCESS_TRAINING = f"""
 import hashlib
-from coevo_jax.data.records import read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.tokenization.training import train_tokenizer_for_trajectories
 tok = train_tokenizer_for_trajectories(read_trajectories({RECORDS!r}), {VOCAB_SIZE})
 print(hashlib.sha256(tok.backend_tokenizer.to_str().encode()).hexdigest())

@@ -31,7 +31,7 @@ import jax
 
 from coevo_jax import envs
 from coevo_jax.data.pairs import build_eto_pairs
-from coevo_jax.data.records import read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.experiment import rollouts
 from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.experiment.phases import dpo_phase

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coevo_jax.data.records import read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.experiment import grpo, rollouts
-from coevo_jax.experiment.figures import STEP_WINDOW, moving_average
 from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.experiment.stages import SFT_TARGET
 from coevo_jax.experiment.store import read_json
+from coevo_jax.reporting.figures import STEP_WINDOW, moving_average
 
 
 def step_entropy(logprobs: Sequence[Sequence[float]]) -> float | None:

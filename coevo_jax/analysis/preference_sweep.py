@@ -17,8 +17,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from coevo_jax.experiment.paired import decision_changes
-from coevo_jax.experiment.results import (
+from coevo_jax.reporting.paired import decision_changes
+from coevo_jax.reporting.results import (
     final_scores,
     load_results,
     results_path,

@@ -14,17 +14,15 @@ back on its base.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
-import shutil
-import tempfile
 from typing import Any
 
 import numpy as np
 from flax import nnx
 
+from coevo_jax.atomic_files import atomic_path
 from coevo_jax.checkpoint_formats import peft_adapter
 from coevo_jax.checkpoint_formats.hf_params import (
     PlaceFn,
@@ -162,8 +160,8 @@ def save_pretrained(model: Decoder, path: str | os.PathLike, tokenizer=None) -> 
     hf_config = cfg.to_hf()  # validates before anything touches the disk
     dtype = np.dtype(cfg.param_dtype)
     shapes = {m.hf_name: m.hf_shape for m in tensor_mappings(cfg)}
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
-    try:
+    with atomic_path(path, replace_directory=True) as staging:
+        os.mkdir(staging)
         with open(os.path.join(staging, CONFIG_FILE), "w") as f:
             json.dump(hf_config, f, indent=2)
         write_safetensors(
@@ -172,10 +170,6 @@ def save_pretrained(model: Decoder, path: str | os.PathLike, tokenizer=None) -> 
         )
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
-        _replace_dir(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def save_adapter(model: Decoder, path: str | os.PathLike) -> None:
@@ -192,34 +186,11 @@ def save_adapter(model: Decoder, path: str | os.PathLike) -> None:
     cfg: ModelConfig = model.config
     adapter_config = peft_adapter.adapter_config(cfg)  # validates before anything touches the disk
     dtype = np.dtype(cfg.param_dtype)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
-    try:
+    with atomic_path(path, replace_directory=True) as staging:
+        os.mkdir(staging)
         with open(os.path.join(staging, peft_adapter.ADAPTER_CONFIG), "w") as f:
             json.dump(adapter_config, f, indent=2)
         write_safetensors(
             os.path.join(staging, peft_adapter.ADAPTER_WEIGHTS),
             [(name, shape, dtype, fetch) for name, shape, fetch in peft_adapter.adapter_tensors(model)],
         )
-        _replace_dir(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _replace_dir(new_dir: str, target: str) -> None:
-    """Moves `new_dir` to `target`, replacing an existing directory only once the move is possible."""
-    if not os.path.exists(target):
-        os.replace(new_dir, target)
-        return
-    if not os.path.isdir(target):
-        raise FileExistsError(f"{target}: exists and is not a directory")
-    old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=os.path.dirname(target))
-    os.rmdir(old)
-    os.replace(target, old)
-    try:
-        os.replace(new_dir, target)
-    except BaseException:
-        os.replace(old, target)
-        raise
-    with contextlib.suppress(OSError):
-        shutil.rmtree(old)

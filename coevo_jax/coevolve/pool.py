@@ -6,7 +6,7 @@ whether it was verified. Two tasks are the same when their environment, initial 
 and solution are (`synthesis.spec_digest`); the pool keeps the first. Besides the tasks, the file holds the
 signals' memory (`signals.SignalMemory`) and every round's report, so that a resumed run continues the
 forgetting windows and rare counts where they were. It is rewritten whole and atomically at the end of each
-round (`experiment.atomic`): a kill leaves the pool of the last finished round, never half of one; the main
+round (`atomic_files`): a kill leaves the pool of the last finished round, never half of one; the main
 job should number rounds by `num_rounds` for the same reason.
 """
 
@@ -18,9 +18,9 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 
+from coevo_jax.atomic_files import atomic_path
 from coevo_jax.coevolve.signals import SignalMemory
 from coevo_jax.envs.base import TaskSpec
-from coevo_jax.experiment.atomic import atomic_path
 
 POOL_FILE = "coevolve_pool.json"
 FORMAT = 1

@@ -26,8 +26,9 @@ from coevo_jax.coevolve.sql_templates import TEMPLATES, Schema, Template, tables
 from coevo_jax.coevolve.synthesis import Exploration, Step, Synthesizer, replay_failure, spec_digest
 from coevo_jax.envs.base import TaskSpec
 from coevo_jax.envs.intercode_sql import InterCodeSqlEnv
-from coevo_jax.envs.intercode_sql.env import UNSEEN_DATABASES, normalize_action, render_output
+from coevo_jax.envs.intercode_sql.env import UNSEEN_DATABASES
 from coevo_jax.envs.intercode_sql.sandbox import TruncatedRows
+from coevo_jax.envs.intercode_sql.statements import normalize_action, render_output
 
 ID_PREFIX = "coevolve_"
 TABLES_DESCRIBED = 3

@@ -3,8 +3,9 @@
 Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq. 6, eq. 8) ->
 `tokenize_pairs` (action masks, over-long policy) -> `plan_batches` + `collate_dpo` (bucketed [2B, L]).
 
-* `records`: `Trajectory` / `Message` / `Turn`, lossless JSONL records, strict reader (`skip_bad` with a
-  `ReadReport`) and writer.
+* `records`: `Trajectory` / `Message` / `Turn` / `TokenTrace`, lossless JSONL records and their writer.
+* `record_reader`: the strict reader of those records (`read_trajectories`, `parse_record`; `skip_bad` with a
+  `ReadReport`) and the field checks the other formats share.
 * `json_files`: `.json` / `.jsonl` record files read strictly (UTF-8, `DataFormatError` naming the file,
   record and field) and written exactly.
 * `stream`: `TrajectoryStream`, a trajectory file written an episode at a time that resumes after a crash.
@@ -88,18 +89,8 @@ from coevo_jax.data.pairs import (
     deduplicate,
     select_rft,
 )
-from coevo_jax.data.records import (
-    AGENTS,
-    Message,
-    ReadReport,
-    TokenTrace,
-    Trajectory,
-    Turn,
-    parse_record,
-    parse_records,
-    read_trajectories,
-    write_trajectories,
-)
+from coevo_jax.data.record_reader import ReadReport, parse_record, parse_records, read_trajectories
+from coevo_jax.data.records import AGENTS, Message, TokenTrace, Trajectory, Turn, write_trajectories
 from coevo_jax.data.reports import DatasetReport, reward_histogram
 from coevo_jax.data.stream import TrajectoryStream
 

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 
 from coevo_jax.data.formats import with_eto_prompt
 from coevo_jax.data.json_files import DataFormatError, load_json_records
-from coevo_jax.data.records import ETO_ACK, Trajectory, parse_record
+from coevo_jax.data.record_reader import parse_record
+from coevo_jax.data.records import ETO_ACK, Trajectory
 
 INTERCODE_SQL_INSTRUCTION = (
     "You are an agent that answers questions about a MySQL database by querying it. "

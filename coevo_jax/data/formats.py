@@ -27,19 +27,21 @@ from collections.abc import Iterable, Mapping
 
 from coevo_jax.data.json_files import DataFormatError, load_json_records, write_json_records
 from coevo_jax.data.pairs import PreferencePair
-from coevo_jax.data.records import (
-    ASSISTANT,
-    ETO_ACK,
-    USER,
-    Message,
+from coevo_jax.data.record_reader import (
     ReadReport,
-    Trajectory,
-    messages_to_conversations,
     parse_all,
     parse_messages,
     parse_record,
     parse_reward,
     parse_weight,
+)
+from coevo_jax.data.records import (
+    ASSISTANT,
+    ETO_ACK,
+    USER,
+    Message,
+    Trajectory,
+    messages_to_conversations,
     trajectory_to_record,
 )
 

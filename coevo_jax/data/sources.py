@@ -16,7 +16,8 @@ import os
 import re
 
 from coevo_jax.data.pairs import PreferenceDataset
-from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Trajectory
 
 SPLIT_NAME = re.compile(r"[A-Za-z0-9_]+")  # a split name that TFDS file names and split specs take as is
 DATASET_INFO = "dataset_info.json"

@@ -11,7 +11,8 @@ import json
 import logging
 import os
 
-from coevo_jax.data.records import Trajectory, parse_record, trajectory_to_record
+from coevo_jax.data.record_reader import parse_record
+from coevo_jax.data.records import Trajectory, trajectory_to_record
 
 log = logging.getLogger(__name__)
 

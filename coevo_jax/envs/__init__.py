@@ -18,20 +18,13 @@ from coevo_jax.envs.base import (
     record_expert_trajectory,
 )
 
-_REGISTRY: dict[str, str | Callable[..., Environment]] = {
+_REGISTRY: dict[str, str] = {
     "bfcl": "coevo_jax.envs.bfcl:BfclEnv",
     "builtin": "coevo_jax.envs.builtin:BuiltinEnv",
     "intercode_sql": "coevo_jax.envs.intercode_sql:InterCodeSqlEnv",
     "sciworld": "coevo_jax.envs.sciworld:SciWorldEnv",
     "webshop": "coevo_jax.envs.webshop:WebShopEnv",
 }
-
-
-def register(name: str, factory: str | Callable[..., Environment]) -> None:
-    """Registers a factory (a callable, or a 'module:attribute' string imported on first use)."""
-    if name in _REGISTRY:
-        raise ValueError(f"environment {name!r} is already registered")
-    _REGISTRY[name] = factory
 
 
 def names() -> tuple[str, ...]:
@@ -43,11 +36,8 @@ def factory(name: str) -> Callable[..., Environment]:
     """The registered factory of `name` (its module imported, nothing constructed); ValueError if unknown."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown environment {name!r}; registered: {', '.join(names())}")
-    found = _REGISTRY[name]
-    if isinstance(found, str):
-        module_name, attribute = found.split(":")
-        found = getattr(importlib.import_module(module_name), attribute)
-    return found
+    module_name, attribute = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 def check_kwargs(name: str, kwargs: dict) -> None:
@@ -73,5 +63,4 @@ __all__ = [
     "names",
     "prompt_messages",
     "record_expert_trajectory",
-    "register",
 ]

@@ -1,1 +1,1 @@
-"""Experiment driving and reporting: results.json tables, Figure 2/3 plots and TensorBoard scalars."""
+"""The main job: base SFT, every configured method, its workdir, TensorBoard scalars; `reporting` reports on it."""

@@ -29,7 +29,8 @@ from collections.abc import Callable, Collection, Sequence
 
 from coevo_jax import coevolve
 from coevo_jax.coevolve.pool import PROVENANCES, PoolTask, TaskPool
-from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
 from coevo_jax.experiment.grpo import rollout_file
 from coevo_jax.experiment.rollouts import usable

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from coevo_jax.data.records import Trajectory, read_trajectories, write_trajectories
+from coevo_jax.atomic_files import atomic_path
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Trajectory, write_trajectories
 from coevo_jax.data.sources import read_trajectory_source
 from coevo_jax.envs.base import Environment
-from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.config import EnvConfig
 
 EXPERTS_FILE = "experts.jsonl"

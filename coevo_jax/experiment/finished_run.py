@@ -11,7 +11,8 @@ import dataclasses
 import os
 
 from coevo_jax import envs
-from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Trajectory
 from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.experiment.experts import EXPERTS_FILE
 from coevo_jax.experiment.policy import PolicySetup, build_setup

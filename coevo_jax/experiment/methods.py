@@ -1,6 +1,6 @@
 """The algorithms of the paper's Table 1 and its ablations, each a loop over `Stages`.
 
-Every method returns its iterations as results.json entries (see `coevo_jax.experiment.results`):
+Every method returns its iterations as results.json entries (see `coevo_jax.reporting.results`):
 iteration 0 is the SFT target policy's evaluation; each later iteration explores, builds pairs, trains
 and evaluates the new target policy.
 

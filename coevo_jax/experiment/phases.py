@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from coevo_jax import checkpoints, sharding
+from coevo_jax.atomic_files import atomic_path
 from coevo_jax.data.batching import (
     check_right_padded,
     collate_dpo,
@@ -32,7 +33,6 @@ from coevo_jax.data.batching import (
     tokenize_sft_examples,
 )
 from coevo_jax.experiment import processes
-from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.models import combine_trainable, partition_trainable

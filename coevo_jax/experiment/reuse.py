@@ -28,8 +28,8 @@ import re
 import shutil
 from collections.abc import Iterable, Mapping
 
+from coevo_jax.atomic_files import atomic_path
 from coevo_jax.coevolve import ABLATIONS
-from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.experts import EXPERTS_FILE
 from coevo_jax.experiment.stages import stage_outputs
 from coevo_jax.experiment.store import (

@@ -25,10 +25,11 @@ import shutil
 import zlib
 from collections.abc import Callable, Sequence
 
-from coevo_jax.data.records import Trajectory, read_trajectories, write_trajectories
+from coevo_jax.atomic_files import atomic_path
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Trajectory, write_trajectories
 from coevo_jax.envs.base import Environment
 from coevo_jax.experiment import processes
-from coevo_jax.experiment.atomic import atomic_path
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.rollout import RolloutConfig, run_rollouts
 

@@ -21,16 +21,17 @@ import jax
 
 from coevo_jax import envs
 from coevo_jax.data.sources import check_trajectory_source
-from coevo_jax.experiment import processes, report, reuse
+from coevo_jax.experiment import processes, reuse
 from coevo_jax.experiment.config import COEVOLVE_METHODS, EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
 from coevo_jax.experiment.methods import EXPERT_PAIR_METHODS, FAILURE_AGENT_METHODS, METHOD_RUNNERS
 from coevo_jax.experiment.policy import build_setup
-from coevo_jax.experiment.results import RESULTS_FILE
 from coevo_jax.experiment.stages import Stages
 from coevo_jax.experiment.store import RunStore, write_json_atomic
 from coevo_jax.experiment.task_subsets import pick_tasks, tasks_with_experts
 from coevo_jax.experiment.tensorboard import ScalarWriter
+from coevo_jax.reporting import report
+from coevo_jax.reporting.results import RESULTS_FILE
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,8 @@ import re
 import types
 
 from coevo_jax.data.pairs import PreferenceDataset
-from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Trajectory
 from coevo_jax.experiment.config import COEVOLVE_METHODS, ExperimentConfig
 from coevo_jax.experiment.experts import EXPERTS_FILE
 from coevo_jax.experiment.grpo import rollout_file

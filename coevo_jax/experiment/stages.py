@@ -14,7 +14,8 @@ import re
 from collections.abc import Callable, Sequence
 
 from coevo_jax.data.pairs import PreferenceDataset
-from coevo_jax.data.records import Trajectory, read_trajectories
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
 from coevo_jax.experiment import grpo, phases, processes, rollouts
 from coevo_jax.experiment.policy import PolicySetup

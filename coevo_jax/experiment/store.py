@@ -3,8 +3,8 @@
 A run is a sequence of named stages (an SFT phase, one exploration, one evaluation, ...). A stage is done
 once its record is in `stages.json`; rerunning the same command skips done stages and reuses their outputs,
 so work is never redone. Records are written after the stage's outputs (policy checkpoints, trajectory
-files) are complete, and every file write is atomic (`atomic.atomic_path`: a temporary, then a rename), so
-a kill at any moment leaves either the old or the new state, never half of one.
+files) are complete, and every file write is atomic (`coevo_jax.atomic_files.atomic_path`: a temporary, then
+a rename), so a kill at any moment leaves either the old or the new state, never half of one.
 
 On several processes (`experiment.processes`) every process runs every stage and calls the collective
 Orbax saves and restores; process 0 alone writes the records and the config and removes directories, and
@@ -21,9 +21,9 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
+from coevo_jax.atomic_files import atomic_path
 from coevo_jax.checkpoints import check_metadata, checkpoint_metadata
 from coevo_jax.experiment import processes
-from coevo_jax.experiment.atomic import atomic_path
 
 STAGES_FILE = "stages.json"
 CONFIG_FILE = "config.json"

@@ -10,7 +10,7 @@ import os
 
 from transformers import AutoTokenizer
 
-from coevo_jax.experiment.atomic import atomic_path
+from coevo_jax.atomic_files import atomic_path
 from coevo_jax.tokenization.training import train_tokenizer_for_trajectories
 
 TOKENIZER_DIR = "tokenizer"

@@ -1,5 +1,6 @@
 """Training of one policy at a time: state, optimizer, objectives (eq. 3/5, 7, 9, GRPO), jitted steps."""
 
+from coevo_jax.train.compiled_steps import PolicySteps, StepKind, build_steps
 from coevo_jax.train.metrics import MetricsLog
 from coevo_jax.train.objectives import GRPOObjective, ObjectiveConfig
 from coevo_jax.train.optim import (
@@ -21,7 +22,7 @@ from coevo_jax.train.state import (
     state_shardings,
     train_state_from_params,
 )
-from coevo_jax.train.steps import PhaseScalars, PolicySteps, StepKind, build_steps, phase_scalars
+from coevo_jax.train.steps import PhaseScalars, phase_scalars
 
 __all__ = [
     "AdamWSettings",

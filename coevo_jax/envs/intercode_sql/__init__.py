@@ -1,6 +1,8 @@
 """InterCode-SQL on SQLite (`InterCodeSqlEnv`): Spider dev questions answered by querying the database.
 
 * `env`: `InterCodeSqlEnv`, the environment: splits, MySQL-style answers to the agent's SQL, the score.
+* `statements`: the agent's SQL read and its output shown as InterCode's MySQL server did (SHOW,
+  DESCRIBE, USE, MySQL's error messages, the observation text).
 * `db`: InterCode's MySQL dump converted to SQLite files (cached) and their schema.
 * `mysql`: MySQL's collation and functions installed into SQLite connections.
 * `sandbox`: read-only, time- and size-limited execution of the agent's SQL.

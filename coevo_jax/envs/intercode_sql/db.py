@@ -24,11 +24,10 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sqlite3
-import tempfile
 from pathlib import Path
 
+from coevo_jax.atomic_files import atomic_path
 from coevo_jax.envs.intercode_sql import mysql
 
 DATA_DIR = Path(__file__).parents[1] / "data" / "intercode"
@@ -283,25 +282,23 @@ def build_databases(dump_path: Path = DUMP_PATH, root: Path | None = None) -> Pa
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     databases = parse_dump(raw.decode("utf-8"), str(dump_path))
-    staging = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=target.parent))
     try:
-        schema = {}
-        for db, tables in databases.items():
-            write_database(staging / f"{db}.sqlite", tables)
-            schema[db] = {
-                name: [dataclasses.asdict(c) for c in table_columns(table)] for name, table in tables.items()
-            }
-        for db in databases:
-            os.chmod(staging / f"{db}.sqlite", 0o444)
-        (staging / SCHEMA_FILE).write_text(json.dumps(schema, indent=1, sort_keys=True))
-        try:
-            os.rename(staging, target)
-        except OSError:  # another process published it first: theirs is identical
-            if not (target / SCHEMA_FILE).exists():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        with atomic_path(target) as tmp:
+            staging = Path(tmp)
+            staging.mkdir()
+            schema = {}
+            for db, tables in databases.items():
+                write_database(staging / f"{db}.sqlite", tables)
+                schema[db] = {
+                    name: [dataclasses.asdict(c) for c in table_columns(table)]
+                    for name, table in tables.items()
+                }
+            for db in databases:
+                os.chmod(staging / f"{db}.sqlite", 0o444)
+            (staging / SCHEMA_FILE).write_text(json.dumps(schema, indent=1, sort_keys=True))
+    except OSError:  # another process published it first: theirs is identical
+        if not (target / SCHEMA_FILE).exists():
+            raise
     return target
 
 

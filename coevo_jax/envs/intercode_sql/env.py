@@ -3,7 +3,7 @@
 Behaviour follows InterCode's `SqlEnv` (a MySQL server in Docker) without a server:
 - an action is one SQL statement, or `submit`. `SHOW TABLES`, `SHOW DATABASES`, `DESCRIBE t` / `DESC t` /
   `SHOW COLUMNS FROM t` and `USE db` are answered as MySQL answers them; everything else runs in SQLite
-  (see `db` for how the databases keep MySQL's names, collation and row order);
+  (see `db` for how the databases keep MySQL's names, collation and row order; `statements` for the rest);
 - the observation is `str()` of the result rows, `None` for a statement without rows, or
   `Error executing query: <message>`, with SQLite's most common messages reworded as MySQL's; a result
   past the sandbox's size limit is cut and said to be (`render_output`);
@@ -28,7 +28,6 @@ others. `run` executes a statement on a database outside any episode, optionally
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Iterable
 from functools import cached_property
@@ -40,14 +39,24 @@ from coevo_jax.envs.intercode_sql import mysql
 from coevo_jax.envs.intercode_sql.db import DATA_DIR, DUMP_PATH, build_databases, load_schema
 from coevo_jax.envs.intercode_sql.experts import replay_experts
 from coevo_jax.envs.intercode_sql.reward import intercode_reward
-from coevo_jax.envs.intercode_sql.sandbox import SqlError, SqlSandbox, TruncatedRows
+from coevo_jax.envs.intercode_sql.sandbox import SqlError, SqlSandbox
+from coevo_jax.envs.intercode_sql.statements import (
+    DESCRIBE,
+    SHOW_DATABASES,
+    SHOW_TABLES,
+    SYSTEM_SCHEMAS,
+    USE,
+    like_match,
+    missing_table,
+    mysql_error_message,
+    normalize_action,
+    render_output,
+)
 
 TASKS_PATH = DATA_DIR / "ic_spider_dev.json"
 UNSEEN_DATABASES = ("car_1", "dog_kennels", "orchestra")
 TEST_SEEN_EVERY = 5
 MAX_STEPS = 10  # InterCode's multi-turn GPT-4 runs used 10 turns
-# The databases of InterCode's MySQL server, system schemas included, as SHOW DATABASES lists them.
-_SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
 
 INSTRUCTION = (
     "You are a helpful assistant that answers questions about a MySQL database by querying it. "
@@ -59,136 +68,6 @@ INSTRUCTION = (
     "The Action is executed exactly as written: write a single SQL command on one line, without code "
     "fences. The answer is scored on the rows returned by your last query before you submit."
 )
-
-_DESCRIBE = re.compile(
-    r"^(?:DESCRIBE|DESC|EXPLAIN|SHOW\s+(?:FULL\s+)?(?:COLUMNS|FIELDS)\s+(?:FROM|IN))\s+`?(\w+)`?$", re.I
-)
-_SHOW_TABLES = re.compile(r"^SHOW\s+(?:FULL\s+)?TABLES(?:\s+LIKE\s+'([^']*)')?$", re.I)
-_SHOW_DATABASES = re.compile(r"^SHOW\s+(?:DATABASES|SCHEMAS)$", re.I)
-_USE = re.compile(r"^USE\s+`?(\w+)`?$", re.I)
-_SYNTAX_ERROR = (
-    "You have an error in your SQL syntax; check the manual that corresponds to your MySQL server "
-    "version for the right syntax to use near '{0}' at line 1"
-)
-
-
-def _missing_table(db: str, table: str) -> str:
-    return f"Table '{db}.{table.lower()}' doesn't exist"  # the server stored names in lower case
-
-
-# SQLite message pattern -> MySQL message from (match, db).
-_SQLITE_TO_MYSQL = tuple(
-    (re.compile(pattern, re.S), reword)
-    for pattern, reword in (
-        (r"^no such table: (?:\w+\.)?(\w+)$", lambda m, db: _missing_table(db, m[1])),
-        (r"^no such column: (.+)$", lambda m, db: f"Unknown column '{m[1]}' in 'field list'"),
-        (r"^ambiguous column name: (.+)$", lambda m, db: f"Column '{m[1]}' in field list is ambiguous"),
-        (r'^near "(.*)": syntax error$', lambda m, db: _SYNTAX_ERROR.format(m[1])),
-        (r"^incomplete input$", lambda m, db: _SYNTAX_ERROR.format("")),
-        (
-            r"^(?:not authorized.*|authorization denied)$",
-            lambda m, db: "command denied: the database is read-only",
-        ),
-    )
-)
-
-
-def mysql_error_message(message: str, db: str) -> str:
-    """SQLite's error text in MySQL's wording where one is known (what InterCode's agents were shown)."""
-    for pattern, reword in _SQLITE_TO_MYSQL:
-        match = pattern.match(message)
-        if match:
-            return reword(match, db)
-    return message
-
-
-_ANY_RUN, _ANY_ONE = "%", "_"  # LIKE's wildcards, as tokens; a literal character is a (char,) tuple
-
-
-def _like_tokens(pattern: str) -> list:
-    """LIKE's pattern as tokens: runs of % collapsed into one, backslash-escaped characters literal."""
-    tokens, i = [], 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\" and i + 1 < len(pattern):
-            tokens.append((pattern[i + 1].lower(),))
-            i += 2
-            continue
-        if ch == "%":
-            if not tokens or tokens[-1] != _ANY_RUN:
-                tokens.append(_ANY_RUN)
-        else:
-            tokens.append(_ANY_ONE if ch == "_" else (ch.lower(),))
-        i += 1
-    return tokens
-
-
-def like_match(pattern: str, text: str) -> bool:
-    """`text LIKE pattern` without case (% any run, _ any one character, backslash escapes).
-
-    The greedy wildcard match with one resume point: at most len(pattern) * len(text) steps, where a
-    backtracking regular expression took exponential time on '%%%...%z'.
-    """
-    tokens, chars = _like_tokens(pattern), [ch.lower() for ch in text]
-    if sum(token != _ANY_RUN for token in tokens) > len(chars):
-        return False
-    t = p = 0
-    star, resume = -1, 0  # the last % seen, and where in the text its run ends for now
-    while t < len(chars):
-        token = tokens[p] if p < len(tokens) else None
-        if token == _ANY_RUN:
-            star, resume, p = p, t, p + 1
-        elif token is not None and (token == _ANY_ONE or token[0] == chars[t]):
-            p, t = p + 1, t + 1
-        elif star >= 0:
-            resume += 1
-            p, t = star + 1, resume
-        else:
-            return False
-    return all(token == _ANY_RUN for token in tokens[p:])
-
-
-def normalize_action(action: str) -> str:
-    """The statement to run: code fences and surrounding whitespace removed, one trailing ';' dropped.
-
-    A fence is "```", an optional `sql`/`mysql` tag, the statement and "```"; read with string tests, in
-    linear time (the regular expression this replaces backtracked cubically on a fence of newlines).
-    """
-    text = action.strip()
-    if len(text) >= 6 and text.startswith("```") and text.endswith("```"):
-        inner = text[3:-3]
-        for tag in ("sql", "mysql"):
-            if inner[: len(tag)].lower() == tag:
-                inner = inner[len(tag) :]
-                break
-        text = inner.strip()
-    return text[:-1].rstrip() if text.endswith(";") else text
-
-
-def render_output(output: list | str | None, max_chars: int | None = None) -> str:
-    """The observation for a statement's output: `str()` of the rows, as InterCode shows them.
-
-    Built row by row and stopped past `max_chars` (cut there, " ... (truncated)" added), so a large result
-    is never turned into text whole; rows the sandbox stopped fetching (`TruncatedRows`) are said to be cut.
-    """
-    if not isinstance(output, list):
-        text = str(output)
-    else:
-        pieces, length = [], 1  # the length of "[" and the pieces joined so far
-        for row in output:
-            pieces.append(repr(row))
-            length += len(pieces[-1]) + (2 if len(pieces) > 1 else 0)
-            if max_chars is not None and length > max_chars:
-                break
-        text = "[" + ", ".join(pieces) + "]"
-    if max_chars is not None and len(text) > max_chars:
-        return text[:max_chars] + " ... (truncated)"
-    if isinstance(output, TruncatedRows):
-        return (
-            f"{text} ... (truncated: the result is larger than {output.max_result_bytes} bytes; "
-            f"only its first {len(output)} rows were fetched)"
-        )
-    return text
 
 
 class InterCodeSqlEnv(Environment):
@@ -321,7 +200,7 @@ class InterCodeSqlEnv(Environment):
 
     def execute(self, statement: str) -> list | str | None:
         """One statement in the current database: rows, None (no result set) or the error text."""
-        used = _USE.match(statement)
+        used = USE.match(statement)
         if used:
             db = used.group(1).lower()
             if db not in self._schema:
@@ -338,24 +217,24 @@ class InterCodeSqlEnv(Environment):
         if db.lower() not in self._schema:
             return f"Error executing query: Unknown database '{db}'"
         statement = normalize_action(sql)
-        if _USE.match(statement):
+        if USE.match(statement):
             return None
         return self._answer(db.lower(), statement, reverse_scan=reverse_scan)
 
     def _answer(self, db: str, statement: str, *, reverse_scan: bool = False) -> list | str | None:
-        shown = _SHOW_TABLES.match(statement)
+        shown = SHOW_TABLES.match(statement)
         if shown:
             names = sorted(self._schema[db])
             if shown.group(1) is not None:
                 names = [n for n in names if like_match(shown.group(1), n)]
             return [(name,) for name in names]
-        if _SHOW_DATABASES.match(statement):
-            return [(name,) for name in sorted((*self._schema, *_SYSTEM_SCHEMAS))]
-        described = _DESCRIBE.match(statement)
+        if SHOW_DATABASES.match(statement):
+            return [(name,) for name in sorted((*self._schema, *SYSTEM_SCHEMAS))]
+        described = DESCRIBE.match(statement)
         if described:
             table = described.group(1).lower()
             if table not in self._schema[db]:
-                return f"Error executing query: {_missing_table(db, table)}"
+                return f"Error executing query: {missing_table(db, table)}"
             return [column.describe_row() for column in self._schema[db][table]]
         return self._run(db, statement, errors_as_text=True, reverse_scan=reverse_scan)
 

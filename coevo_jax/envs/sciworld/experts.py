@@ -5,7 +5,7 @@
 
 Each worker thread owns a `SciWorldEnv` (one JVM) and turns tasks into demonstrations (`gold`).
 Demonstrations that reach reward 1.0 go to OUT (one trajectory record a line, `TrajectoryStream`, readable
-with `coevo_jax.data.records.read_trajectories`); tasks that do not go to OUT.failures.jsonl with the reason.
+with `coevo_jax.data.record_reader.read_trajectories`); tasks that do not go to OUT.failures.jsonl with the reason.
 A rerun skips the tasks already in either file. The summary printed at the end gives how many reached 1.0,
 how many failed and why, and the simulator's throughput (steps/s of the replays, load time apart).
 """

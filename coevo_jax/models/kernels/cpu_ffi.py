@@ -28,12 +28,13 @@ import logging
 import os
 import platform
 import subprocess
-import tempfile
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from coevo_jax.atomic_files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -87,17 +88,11 @@ def _build(compiler: str) -> Path:
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=path.parent, suffix=".so.partial")
-    os.close(handle)
-    command = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", partial]
-    try:
+    with atomic_path(path) as partial:
+        command = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", partial]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
     return path
 
 

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from coevo_jax.experiment.paired import DEFAULT_CONTRASTS, paired_contrasts
-from coevo_jax.experiment.results import (
+from coevo_jax.reporting.paired import DEFAULT_CONTRASTS, paired_contrasts
+from coevo_jax.reporting.results import (
     agent_label,
     aggregate_runs,
     as_runs,

@@ -22,10 +22,10 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from coevo_jax.atomic_files import atomic_path
 from coevo_jax.coevolve.pool import PROVENANCES
-from coevo_jax.experiment.atomic import atomic_path
-from coevo_jax.experiment.paired import mean_interval
-from coevo_jax.experiment.results import (
+from coevo_jax.reporting.paired import mean_interval
+from coevo_jax.reporting.results import (
     agent_label,
     as_runs,
     coevolve_rounds,

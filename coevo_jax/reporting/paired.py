@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from coevo_jax.experiment.results import final_scores, score_row
+from coevo_jax.reporting.results import final_scores, score_row
 
 # The study's questions (issue: "The paper's training"): does each step of the method add something?
 DEFAULT_CONTRASTS = (

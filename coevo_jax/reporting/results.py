@@ -2,7 +2,7 @@
 
 `results.json` (written by `coevo_jax.experiment.run`) holds, per method, one record per iteration with the
 evaluation per split and, from iteration 1, what each agent's exploration produced. The tables
-(`experiment.tables`) and figures (`experiment.figures`) read it through these functions:
+(`reporting.tables`) and figures (`reporting.figures`) read it through these functions:
 
 * `final_scores` / `score_row`: each method's last-iteration evaluation as Table-1 cells in percent.
 * `aggregate_runs`: those cells as mean, sample std and count over several runs (seeds), via `sample_stat`.
