@@ -121,11 +121,11 @@ def paired_contrast(runs: Sequence[Mapping], method: str, baseline: str) -> dict
             raise ValueError(f"method {name!r} is missing from runs {missing}")
     splits = list(runs[0]["splits"])
     out = {"method": method, "baseline": baseline, "seeds": [run.get("seed") for run in runs], "splits": {}}
+    per_run = [final_scores(run) for run in runs]
+    rows = [(score_row(s[method], splits), score_row(s[baseline], splits)) for s in per_run]
     for split in splits:
         reward, success, changes = [], [], []
-        for run in runs:
-            scores = final_scores(run)
-            mine, base = score_row(scores[method], splits), score_row(scores[baseline], splits)
+        for scores, (mine, base) in zip(per_run, rows, strict=True):
             reward.append(mine["reward"][split] - base["reward"][split])
             success.append(mine["success"][split] - base["success"][split])
             changes.append(decision_changes(scores[method], scores[baseline], split))
