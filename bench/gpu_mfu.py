@@ -48,7 +48,7 @@ import op_profile
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 
 # The architectures, without their weights: SmolLM2-135M-Instruct's as the bundled GGUF declares it
-# (tests/test_bench_gpu_mfu.py checks that they agree), and Llama-3.2-1B's (hidden 2048, 16 layers, 32/8
+# (bench/tests/test_gpu_mfu.py checks that they agree), and Llama-3.2-1B's (hidden 2048, 16 layers, 32/8
 # heads, SwiGLU 8192, vocabulary 128,256, tied embeddings).
 MODELS = {
     "smollm2_135m": dict(

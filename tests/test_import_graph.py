@@ -257,3 +257,20 @@ def test_the_token_shift_is_confined_to_the_decoder():
     assert users == {"coevo_jax.models.decoder"}
     assert "token_shift" not in (ROOT / "models" / "kv_cache.py").read_text()
     assert "token_ids" not in (ROOT / "sampling.py").read_text()
+
+
+def test_the_package_tests_never_import_a_bench_script():
+    """tests/ tests the package; the bench scripts' own tests live in bench/tests."""
+    bench = ROOT.parent / "bench"
+    scripts = {path.stem for path in [*bench.glob("*.py"), *bench.glob("peers/*.py")]}
+    assert {"common", "flops", "gpu_mfu"} <= scripts
+    for path in sorted((ROOT.parent / "tests").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {
+            alias.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
+        }
+        imported |= {
+            n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+        }
+        local = {p.stem for p in (ROOT.parent / "tests").glob("*.py")}
+        assert not (imported & scripts) - local, f"{path}: imports bench scripts {sorted(imported & scripts)}"

@@ -3,13 +3,14 @@
 import argparse
 import dataclasses
 
+import common
+import flops
+import gpu_mfu
 import jax.numpy as jnp
+import op_profile
 import pytest
-from test_bench_scripts import bench_script
 
 from coevo_jax.train import ObjectiveConfig
-
-common, flops, gpu_mfu, op_profile = (bench_script(n) for n in ("common", "flops", "gpu_mfu", "op_profile"))
 
 
 def test_the_smollm2_shape_is_the_bundled_ggufs():

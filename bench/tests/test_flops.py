@@ -1,15 +1,15 @@
 """The benchmarks' analytic counts (`bench/flops.py`) against the real model's parameters and KV cache."""
 
+import common
+import flops
 import jax
 import numpy as np
 import pytest
 from flax import nnx
-from test_bench_scripts import bench_script
 
 from coevo_jax.models import Decoder, ModelConfig, init_cache
 
-flops = bench_script("flops")
-ANCHOR = bench_script("common").MODEL
+ANCHOR = common.MODEL
 
 SMALL = dict(
     vocab_size=96,

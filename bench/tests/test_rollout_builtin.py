@@ -2,13 +2,11 @@
 
 import jax
 import numpy as np
+import rollout_builtin
 from flax import nnx
 from model_fixtures import KITCHEN_SINK, random_decoder
-from test_bench_scripts import bench_script
 
 from coevo_jax.sampling import Sampler, SamplingConfig
-
-rollout_builtin = bench_script("rollout_builtin")
 
 
 def test_call_timer_counts_calls_windows_and_decode_steps():

@@ -1,10 +1,10 @@
 """`bench/gpu_aot.py` on the CPU: its cases compile from abstract arguments, its target descriptions."""
 
+import gpu_aot
+import gpu_mfu
+import hlo_traffic
 import jax
 import pytest
-from test_bench_scripts import bench_script
-
-gpu_aot, gpu_mfu, hlo_traffic = (bench_script(name) for name in ("gpu_aot", "gpu_mfu", "hlo_traffic"))
 
 
 @pytest.fixture

@@ -1,11 +1,9 @@
 """`bench/hlo_traffic.py`: kernels, launches, bytes and FLOPs of a hand-written program and a compiled scan."""
 
+import hlo_traffic
 import jax
 import jax.numpy as jnp
 import pytest
-from test_bench_scripts import bench_script
-
-hlo_traffic = bench_script("hlo_traffic")
 
 # A loop of 4 iterations that reads one [8, 16] slice of xs and writes one into ys in place, a cuBLAS
 # product, and a conditional whose first branch calls cuDNN (the one counted) and whose second is larger.

@@ -1,36 +1,22 @@
-"""The bench scripts' boundary, and `bench_script`, how the other `test_bench_*` modules reach a bench script.
+"""The bench scripts' boundary.
 
 `bench/` holds the maintained benchmarks, run as `python bench/<script>.py`: Python puts `bench/` first on
 the path, so a script imports the shared `common` module and the measuring modules (`flops`, `ceiling`,
-`op_profile`, `hlo_traffic`) by name. The tests of those scripts import them the same way, through
-`bench_script` alone; everything else the tests import is the package.
+`op_profile`, `hlo_traffic`) by name. Their tests, here in bench/tests, import them the same way (conftest.py
+puts bench/ on the path); the package's tests in tests/ never import bench/.
 """
 
 import ast
-import importlib
 import re
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[1]
 # What a bench script may import from bench/: the shared module and the measuring modules, and `gpu_aot`
 # compiles `gpu_mfu`'s cases. The peers' model modules import `common` for the anchor.
 SHARED = {"common", "flops", "ceiling", "op_profile", "hlo_traffic"}
 ALSO = {"gpu_aot": {"gpu_mfu"}, "hf_generate": {"torch_llama"}, "trl_dpo": {"torch_llama"}}
 ALSO |= {"tunix_dpo": {"tunix_llama"}, "tunix_sample": {"tunix_llama"}}
 PATH_SETTERS = {"torch_llama", "tunix_llama"}  # they put bench/ on the path for `common`
-
-
-def bench_script(name: str):
-    """bench/<name>.py imported as it runs: with bench/ first on the path while it (and what it imports
-    from bench/) loads."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        module = importlib.import_module(name)
-    finally:
-        sys.path.remove(str(BENCH))
-    assert Path(module.__file__).parent == BENCH, f"{name}: {module.__file__} is not bench/{name}.py"
-    return module
 
 
 def _scripts() -> dict[str, Path]:
@@ -74,6 +60,7 @@ def test_run_all_runs_scripts_that_exist():
     assert all((BENCH.parent / path).exists() for path in named), named
 
 
-def test_bench_script_imports_a_script_from_bench():
-    common = bench_script("common")
-    assert common.MODEL["hidden_size"] == 256 and str(BENCH) not in sys.path
+def test_the_scripts_tests_import_them_from_bench():
+    import common
+
+    assert Path(common.__file__).parent == BENCH and common.MODEL["hidden_size"] == 256
