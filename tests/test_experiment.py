@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from seeds import fresh_seed
 
+from coevo_jax import envs
 from coevo_jax.coevolve import ABLATIONS
 from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import write_trajectories
 from coevo_jax.experiment import phases, rollouts
 from coevo_jax.experiment.config import (
     EXECUTION_FIELDS,
@@ -164,6 +166,45 @@ def test_a_wrong_env_config_fails_before_anything_is_written(tmp_path, env_chang
     with pytest.raises(error, match=message):
         run(tiny_config(env=env_changes), str(workdir))
     assert not workdir.exists()  # so the corrected rerun is not refused as "a different config"
+
+
+def _listing(workdir: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(workdir)): p.read_bytes() for p in sorted(workdir.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "saved, message",
+    [
+        (
+            json.dumps(tiny_config(seed=9).to_json()),
+            r"config.json: this workdir was started with a different config \(changed: seed\)",
+        ),
+        ("{not json", r"config.json: not valid JSON"),
+    ],
+    ids=["another_config", "not_json"],
+)
+def test_a_refused_start_leaves_the_workdir_as_it_was(tmp_path, saved, message):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text(saved)
+    before = _listing(workdir)
+    with pytest.raises(ValueError, match=message):
+        run(tiny_config(), str(workdir))
+    assert _listing(workdir) == before  # no experts.jsonl, no config rewritten
+
+
+def test_experts_the_run_cannot_pair_are_refused_before_the_workdir_exists(tmp_path):
+    """Experts none of whose tasks is explored: ETO would build no expert pair; nothing is written."""
+    cfg = tiny_config()
+    env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+    elsewhere = [
+        dataclasses.replace(t, task_id=f"elsewhere-{t.task_id}") for t in generate_experts(env, cfg.env)
+    ]
+    write_trajectories(tmp_path / "experts.jsonl", elsewhere)
+    workdir = tmp_path / "run"
+    with pytest.raises(ValueError, match="would build no expert pairs"):
+        run(tiny_config(env={"experts_path": str(tmp_path / "experts.jsonl")}), str(workdir))
+    assert not workdir.exists()
 
 
 def test_dpo_learning_rate_and_beta_per_iteration_repeat_the_last_value():

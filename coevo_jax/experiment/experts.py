@@ -51,6 +51,7 @@ def load_or_generate_experts(
     if check is not None:
         check(experts)
     if not saved:
+        os.makedirs(workdir, exist_ok=True)
         with atomic_path(path) as tmp:
             write_trajectories(tmp, experts)
     return experts

@@ -126,6 +126,8 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
         if reuse_from:
             log.info(reuse.describe(reused))
         store = RunStore(workdir)
+        config_check = dict(defaults=ExperimentConfig().to_json(), execution_fields=EXECUTION_FIELDS)
+        store.check_config(cfg.to_json(), **config_check, record=False)  # refused before anything is written
         processes.barrier("workdir read")  # every process read the stage records before any is added
         train_tasks = pick_tasks(env.tasks(cfg.env.train_split), cfg.env.explore_tasks, "first")
         eval_tasks = {
@@ -136,9 +138,7 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
         experts = processes.primary_first(
             "experts", lambda: load_or_generate_experts(env, cfg.env, store.workdir, check)
         )
-        store.check_config(
-            cfg.to_json(), defaults=ExperimentConfig().to_json(), execution_fields=EXECUTION_FIELDS
-        )
+        store.check_config(cfg.to_json(), **config_check)
     finally:
         env.close()
     paired = tasks_with_experts(train_tasks, experts)

@@ -50,8 +50,7 @@ class RunStore:
     """Stage records, policy checkpoints and file paths under one workdir."""
 
     def __init__(self, workdir: str):
-        self.workdir = os.path.abspath(workdir)
-        os.makedirs(self.workdir, exist_ok=True)
+        self.workdir = os.path.abspath(workdir)  # made by the first write: a refused start leaves nothing
         self._stages_path = os.path.join(self.workdir, STAGES_FILE)
         self._stages: dict[str, Any] = (
             read_json(self._stages_path) if os.path.exists(self._stages_path) else {}
@@ -65,15 +64,22 @@ class RunStore:
         return path
 
     def check_config(
-        self, config_json: dict, defaults: dict | None = None, execution_fields: tuple[str, ...] = ()
+        self,
+        config_json: dict,
+        defaults: dict | None = None,
+        execution_fields: tuple[str, ...] = (),
+        *,
+        record: bool = True,
     ) -> None:
         """Records the config on the first run; a resumed run must use the same one. A field the saved
         config lacks (added to the code since the workdir began) is the same when the run leaves it at its
         value in `defaults` (the code's default config), which is what the older code did. The top-level
-        `execution_fields` (how the run executes, not what it computes) may change; the record follows."""
+        `execution_fields` (how the run executes, not what it computes) may change; the record follows.
+        `record=False` only checks, writing nothing: the job checks before it writes anything else."""
         path = os.path.join(self.workdir, CONFIG_FILE)
         if not os.path.exists(path):
-            if processes.is_primary():
+            if record and processes.is_primary():
+                os.makedirs(self.workdir, exist_ok=True)
                 write_json_atomic(path, config_json)
             return
         saved = read_json(path)
@@ -86,7 +92,7 @@ class RunStore:
                     f"{path}: this workdir was started with a different config (changed: "
                     f"{', '.join(changed)}); use a new --workdir or the original config"
                 )
-            if processes.is_primary():  # new fields at their defaults, execution fields as now
+            if record and processes.is_primary():  # new fields at their defaults, execution fields as now
                 write_json_atomic(path, config_json)
 
     def has_stage(self, name: str) -> bool:
@@ -98,10 +104,14 @@ class RunStore:
         if name not in self._stages:
             record = run()
             self._stages[name] = record
-            processes.on_primary(f"stage {name}", lambda: write_json_atomic(self._stages_path, self._stages))
+            processes.on_primary(f"stage {name}", self._write_stages)
             if processes.count() > 1:  # every process goes on with the record as written (JSON)
                 self._stages[name] = read_json(self._stages_path)[name]
         return self._stages[name]
+
+    def _write_stages(self) -> None:
+        os.makedirs(self.workdir, exist_ok=True)
+        write_json_atomic(self._stages_path, self._stages)
 
     # --- policies ------------------------------------------------------------------------------------------
 
