@@ -13,7 +13,8 @@ observation tokens are attended to but carry no loss.
 
 Paper equations: eq. 2/4 `sequence_logprobs`, eq. 3/5 `sft_loss` (SFT), eq. 7 `dpo_loss` (DPO),
 eq. 9 `coevo_loss` (the target agent's weighted DPO + SFT, the paper's L_target). GRPO (CoEvolve, arXiv
-2604.15840, eq. 1): `group_advantages` and `grpo_loss`. `sequence_logprobs_from_hidden` and
+2604.15840, eq. 1): `group_advantages` and `grpo_loss`; GiGPO's step-level credit (arXiv 2505.10978):
+`discounted_returns` and `step_group_advantages`. `sequence_logprobs_from_hidden` and
 `sft_terms_from_hidden` are eq. 2/4 and eq. 3/5 from final hidden states, through the chunked log-probs of
 `coevo_jax.chunked_logprobs` (`token_logprobs_from_hidden`, which the train steps call from here too).
 """
@@ -245,11 +246,48 @@ def group_advantages(rewards_GxK: jax.Array, *, scale: str = "group", eps: float
     return centred / (std + eps)
 
 
+def discounted_returns(step_rewards_BxS: jax.Array, step_mask_BxS: jax.Array, gamma: float) -> jax.Array:
+    """GiGPO's step value, the discounted return to the episode's end: R_t = r_t + gamma * R_t' over each
+    row's valid steps (t' the next valid step), 0 where masked; [B, S]."""
+    message = "discounted_returns: step rewards and mask [B, S]"
+    chex.assert_rank([step_rewards_BxS, step_mask_BxS], 2, custom_message=message)
+    chex.assert_equal_shape([step_rewards_BxS, step_mask_BxS], custom_message=message)
+    rewards, keep = _at_least_float32(step_rewards_BxS), step_mask_BxS.astype(bool)
+
+    def back(after_B, step):
+        reward_B, keep_B = step
+        here = jnp.where(keep_B, reward_B + gamma * after_B, 0.0)
+        return jnp.where(keep_B, here, after_B), here
+
+    _, returns_SxB = jax.lax.scan(back, jnp.zeros(rewards.shape[0]), (rewards.T, keep.T), reverse=True)
+    return returns_SxB.T
+
+
+def step_group_advantages(
+    values_N: jax.Array, group_ids_N: jax.Array, *, scale: str = "group", eps: float = 1e-6
+) -> jax.Array:
+    """GiGPO's step-level advantage of each value in its group (`group_ids`, ints in [0, N): steps of a task's
+    episodes from one environment state), [N] float32: (v - group mean) / (group std, ddof=1, + eps), or
+    `scale="none"`: v - group mean. A group of one step has no relative signal: its advantage is 0."""
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale {scale!r} not in {ADVANTAGE_SCALES}")
+    chex.assert_rank([values_N, group_ids_N], 1, custom_message="step_group_advantages: [N]")
+    chex.assert_equal_shape([values_N, group_ids_N], custom_message="step_group_advantages: [N]")
+    values, n = _at_least_float32(values_N), values_N.shape[0]
+    total = lambda x: jax.ops.segment_sum(x, group_ids_N, num_segments=n)[group_ids_N]  # noqa: E731
+    count = total(jnp.ones_like(values))
+    centred = values - total(values) / count
+    if scale == "none":
+        return centred
+    std = jnp.sqrt(total(centred**2) / jnp.maximum(count - 1.0, 1.0))
+    return jnp.where(count > 1, centred / (std + eps), 0.0)
+
+
 def grpo_loss(
     logps_BxT: jax.Array,
     old_logps_BxT: jax.Array,
     ref_logps_BxT: jax.Array | None,
-    advantages_B: jax.Array,
+    advantages: jax.Array,
     loss_mask_BxT: jax.Array,
     *,
     clip_low: float = 0.2,
@@ -260,7 +298,8 @@ def grpo_loss(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """GRPO's clipped surrogate plus a k3 KL penalty (CoEvolve eq. 1, negated to a loss): (loss, metrics).
 
-    Per action token, with ratio = exp(logps - old_logps) and A the row's advantage:
+    Per action token, with ratio = exp(logps - old_logps) and A the token's advantage (`advantages` [B]: the
+    row's, GRPO; [B, T]: per token, e.g. GiGPO's episode plus step advantage of the token's reply):
     pg = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A), kl = exp(ref - logps) - (ref -
     logps) - 1, loss_t = pg + beta * kl. `aggregation`: "token_mean" (sum of masked loss_t / masked tokens),
     "sequence_mean" (mean over rows with a masked token of each row's masked mean), "sum_norm" (Dr. GRPO:
@@ -279,20 +318,23 @@ def grpo_loss(
         raise ValueError(f"aggregation {aggregation!r} not in {GRPO_AGGREGATIONS}")
     if ref_logps_BxT is None and not (isinstance(beta, int | float) and beta == 0):
         raise ValueError("grpo_loss without reference log-probs needs beta == 0")
-    message = "grpo_loss: log-probs and loss_mask [B, T], advantages [B]"
+    message = "grpo_loss: log-probs and loss_mask [B, T], advantages [B] or [B, T]"
     token_arrays = [logps_BxT, old_logps_BxT, loss_mask_BxT] + (
         [] if ref_logps_BxT is None else [ref_logps_BxT]
     )
     chex.assert_rank(token_arrays, 2, custom_message=message)
     chex.assert_equal_shape(token_arrays, custom_message=message)
-    chex.assert_rank(advantages_B, 1, custom_message=message)
-    chex.assert_equal_shape([advantages_B, logps_BxT], dims=0, custom_message=message)
+    chex.assert_rank(advantages, {1, 2}, custom_message=message)
+    chex.assert_equal_shape(
+        [advantages, logps_BxT], dims=tuple(range(advantages.ndim)), custom_message=message
+    )
     keep = loss_mask_BxT.astype(bool)
     logps = _at_least_float32(logps_BxT)
     # Masked positions are zeroed before exp, so garbage there never reaches a value or a gradient.
     log_ratio = jnp.where(keep, logps - _at_least_float32(old_logps_BxT), 0.0)
     ratio = jnp.exp(log_ratio)
-    advantages = _at_least_float32(advantages_B)[:, None]
+    advantages = _at_least_float32(advantages)
+    advantages = advantages[:, None] if advantages.ndim == 1 else jnp.where(keep, advantages, 0.0)
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
     pg = -jnp.minimum(unclipped, clipped)
@@ -333,8 +375,6 @@ def grpo_loss(
 
 
 # --- Memory-lean forms: from final hidden states and the unembedding (`coevo_jax.chunked_logprobs`). ---
-
-
 def sequence_logprobs_from_hidden(
     hidden_BxTxD: jax.Array,
     unembed_DxV: jax.Array,

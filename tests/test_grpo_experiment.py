@@ -7,6 +7,7 @@ import types
 
 import numpy as np
 import pytest
+from seeds import fresh_seed
 from test_experiment import tiny_config
 from train_fixtures import single_mesh
 
@@ -47,6 +48,93 @@ def test_groups_get_relative_advantages_and_equal_groups_are_counted(drop):
     expected = [a, -a, -a, a] + ([] if drop else [0.0] * 4) + [np.sqrt(0.5), -np.sqrt(0.5)]
     np.testing.assert_allclose(advantages, expected, rtol=1e-5)
     assert stats.trained_episodes == len(examples) == (6 if drop else 10)
+
+
+def _multi_step(task: str, sample: int, scores: list[float], states: list[str]) -> Trajectory:
+    """An episode of one reply per step: reply k is token 2 + 2k (its span (2 + 2k, 3 + 2k))."""
+    replies = len(scores)
+    ids = tuple(range(1, 3 + 2 * replies))
+    spans = tuple((2 + 2 * k, 3 + 2 * k) for k in range(replies))
+    trace = TokenTrace(ids, spans, (-0.5,) * replies)
+    extra = {"terminate_reason": "done", "step_scores": scores, "step_states": states}
+    turns = [m for _ in range(replies) for m in (Message("assistant", "a"), Message("user", "o"))]
+    messages = (Message("user", "u"), *turns[:-1])
+    return Trajectory(f"{task}/{sample}", task, messages, scores[-1], tokens=trace, extra=extra)
+
+
+def ref_gigpo(episodes, gamma, omega):
+    """GiGPO written out in float64: episode advantage + omega x the step's discounted return against its
+    (task, state) group (ddof=1, singletons 0)."""
+    returns = {}
+    for e in episodes:
+        rewards = np.diff([0.0, *e.extra["step_scores"]])
+        after = 0.0
+        for k in reversed(range(len(rewards))):
+            after = rewards[k] + gamma * after
+            returns[(e.traj_id, k)] = after
+    groups = {}
+    for e in episodes:
+        for k, state in enumerate(e.extra["step_states"]):
+            groups.setdefault((e.task_id, state), []).append(returns[(e.traj_id, k)])
+    by_task = {}
+    for e in episodes:
+        by_task.setdefault(e.task_id, []).append(e.reward)
+    out = []
+    for e in episodes:
+        rewards = np.asarray(by_task[e.task_id])
+        episode = (e.reward - rewards.mean()) / (rewards.std(ddof=1) + 1e-6)
+        per_reply = []
+        for k, state in enumerate(e.extra["step_states"]):
+            values = np.asarray(groups[(e.task_id, state)])
+            step = (
+                0.0
+                if len(values) < 2
+                else (returns[(e.traj_id, k)] - values.mean()) / (values.std(ddof=1) + 1e-6)
+            )
+            per_reply.append(episode + omega * step)
+        out.append(per_reply)
+    return out
+
+
+def test_gigpo_gives_each_reply_its_episode_and_step_advantage():
+    rng = np.random.default_rng(fresh_seed())
+    episodes = []
+    for task in ("a", "b"):
+        for sample in range(4):
+            steps = int(rng.integers(1, 6))
+            scores = np.maximum.accumulate(rng.choice([0.0, 0.25, 0.5, 1.0], size=steps)).tolist()
+            states = [f"s{int(rng.integers(0, 3))}" for _ in range(steps)]  # shared states across episodes
+            episodes.append(_multi_step(task, sample, scores, states))
+    cfg = GRPOConfig(advantage="gigpo", gamma=0.9, step_weight=0.7)
+    examples, stats = grpo.grpo_examples(episodes, cfg, max_length=64)
+    expected = ref_gigpo(episodes, 0.9, 0.7)
+    for example, e, per_reply in zip(examples, episodes, expected, strict=True):
+        at_replies = example.token_advantages()[[start for start, _ in e.tokens.reply_spans]]
+        np.testing.assert_allclose(at_replies, per_reply, rtol=1e-4, atol=1e-5)
+    assert stats.signal_episodes == sum(np.any(np.abs(r) > 1e-6) for r in expected)
+    # "episode": one advantage per episode, the same rows otherwise
+    plain, _ = grpo.grpo_examples(episodes, GRPOConfig(), max_length=64)
+    assert all(np.ndim(e.advantage) == 0 for e in plain)
+
+
+def test_gigpo_gives_a_dead_group_signal_where_grpo_has_none():
+    """Four episodes with equal rewards (GRPO's advantage 0): from the shared first state one reached half
+    the sub-goals a step sooner, so its discounted return there is higher: its step advantage is positive,
+    the others' negative."""
+    episodes = [_multi_step("t", k, [0.0, 0.5], ["start", f"after{k}"]) for k in range(3)]
+    episodes.append(_multi_step("t", 3, [0.5, 0.5], ["start", "after3"]))
+    grpo_rows, grpo_stats = grpo.grpo_examples(episodes, GRPOConfig(), max_length=64)
+    assert grpo_stats.signal_episodes == 0
+    gigpo_rows, gigpo_stats = grpo.grpo_examples(episodes, GRPOConfig(advantage="gigpo"), max_length=64)
+    first = [row.token_advantages()[2] for row in gigpo_rows]
+    assert first[3] > 0 and all(a < 0 for a in first[:3]) and gigpo_stats.signal_episodes == 4
+
+
+def test_gigpo_refuses_episodes_without_step_records():
+    with pytest.raises(ValueError, match="a/0: no per-step scores"):
+        grpo.grpo_examples([_episode("a", 0, 1.0), _episode("a", 1, 0.0)], GRPOConfig(advantage="gigpo"), 64)
+    with pytest.raises(ValueError, match="grpo.advantage 'reply'"):
+        GRPOConfig(advantage="reply")
 
 
 def test_updates_with_beta_zero_never_run_the_reference_pass():

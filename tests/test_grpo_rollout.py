@@ -12,8 +12,8 @@ from flax import nnx
 from seeds import fresh_seed
 from train_fixtures import TINY
 
-from coevo_jax.data.batching import collate_grpo, sampled_sequence
 from coevo_jax.data.chat_format import chat_format_for
+from coevo_jax.data.grpo_rows import collate_grpo, sampled_sequence
 from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.record_reader import parse_record, read_trajectories
 from coevo_jax.data.records import Message, TokenTrace, Trajectory
@@ -137,8 +137,26 @@ def test_grpo_batches_hold_the_sampled_ids_and_mask_exactly_the_sampled_tokens(r
         assert batch["targets"][row, targets_at].tolist() == [trace.ids[p] for p in sampled_positions]
         old = batch["old_logps"][row, targets_at]
         np.testing.assert_array_equal(old, np.asarray(trace.logprobs, np.float32))
-    assert batch["advantages"].tolist() == [0.5] * 6 + [0.0] * 2
+    # the episode's advantage on exactly its action tokens, 0 elsewhere and on the padding rows
+    np.testing.assert_array_equal(batch["advantages"], 0.5 * batch["loss_mask"])
+    assert batch["loss_mask"][:6].sum() > 0
     assert batch["loss_mask"][6:].sum() == 0 and batch["example_mask"].tolist() == [1.0] * 6 + [0.0] * 2
+
+    # Per-reply advantages (GiGPO) go to each reply's own sampled tokens.
+    per_reply = [
+        sampled_sequence(t, np.arange(len(t.tokens.reply_spans)) + 1.0, max_length=512) for t in trajectories
+    ]
+    by_reply = collate_grpo(per_reply, length=512, batch_size=8, pad_id=tokenizer.pad_token_id)
+    for row, t in enumerate(trajectories):
+        for reply, (start, end) in enumerate(t.tokens.reply_spans):
+            assert by_reply["advantages"][row, start - 1 : end - 1].tolist() == [reply + 1.0] * (end - start)
+        assert by_reply["advantages"][row][batch["loss_mask"][row] == 0].tolist() == [0.0] * int(
+            (batch["loss_mask"][row] == 0).sum()
+        )
+    with pytest.raises(ValueError, match="reply advantages for"):
+        sampled_sequence(
+            trajectories[0], [1.0] * (len(trajectories[0].tokens.reply_spans) + 1), max_length=512
+        )
 
     # The trainer's log-probs of the same ids at the same temperature: the ratio starts at 1.
     trainer = np.asarray(token_logprobs(model, batch, chunk_size=64, temperature=TEMPERATURE))

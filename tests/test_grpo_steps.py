@@ -20,8 +20,8 @@ from train_fixtures import (
     to_numpy,
 )
 
-from coevo_jax.data.batching import SampledSequence, collate_grpo
 from coevo_jax.data.chat_format import TokenizedTrajectory
+from coevo_jax.data.grpo_rows import SampledSequence, collate_grpo
 from coevo_jax.train import GRPOObjective, StepKind
 from coevo_jax.train.compiled_steps import grpo_keys
 
@@ -159,7 +159,7 @@ def test_grpo_compiles_once_per_bucket_and_follows_the_advantages(single):
     for batch, old in zip(batches, before, strict=True):
         mask = np.asarray(batch["loss_mask"])
         moved = ((np.asarray(steps.grpo_reference(state.params, batch)) - old) * mask).sum(-1)
-        advantages = np.asarray(batch["advantages"])
+        advantages = np.asarray(batch["advantages"]).sum(-1)  # each row's, on its action tokens
         real = np.asarray(batch["example_mask"]) > 0
         up, down = moved[real & (advantages > 0)], moved[real & (advantages < 0)]
         assert up.mean() > 0 > down.mean(), f"seed={seed}: {up}, {down}"

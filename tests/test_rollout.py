@@ -342,3 +342,43 @@ def test_smollm2_plays_batched_episodes_with_the_cache(env, smollm2_gguf_path, t
         assert all(len(a) > 0 for a in trajectory.actions)
     replies = sorted(len(actor.context(slot)[1]) for slot in range(2))
     assert replies == sorted(t.extra["steps"] for t in trajectories)
+
+
+def test_each_reply_records_the_score_after_it_and_the_state_it_was_written_in(env, tmp_path):
+    """GiGPO's inputs: a reply without an action leaves the world (and its state digest) as it was; equal
+    play from the same task gives equal states; an environment without `state_key` is keyed by its
+    observations, so every step moves it on."""
+
+    def reply(request):
+        turn = (len(request.messages) - 3) // 2
+        if turn == 0:
+            return "Thought: I will just think."
+        step = env.expert_steps(request.task_id)[turn - 1]
+        return format_reply(step.thought, step.action)
+
+    tasks = env.tasks("test_seen")[:3]
+    cfg = RolloutConfig(samples_per_task=2, **QUIET)
+    trajectories, _ = run_rollouts(_factory, ScriptedActor(reply), tasks, str(tmp_path / "t.jsonl"), cfg)
+    replay = _factory()
+    for t in trajectories:
+        scores, states = t.extra["step_scores"], t.extra["step_states"]
+        assert len(scores) == len(states) == t.extra["steps"] and scores[-1] == t.reward == 1.0
+        assert states[0] == states[1] != states[2]  # the thought alone changed nothing
+        replay.reset(t.task_id)
+        expected = [0.0] + [replay.step(step.action)[1] for step in env.expert_steps(t.task_id)][:-1]
+        assert scores[:-1] == expected
+    by_task = {}
+    for t in trajectories:
+        by_task.setdefault(t.task_id, []).append(t.extra["step_states"])
+    assert all(a == b for a, b in by_task.values()) and len({a[0] for a, _ in by_task.values()}) == 3
+
+    class Unkeyed(_FlakyEnv):
+        bad = None
+
+        def __init__(self):
+            self.inner = _factory()
+
+    unkeyed, _ = run_rollouts(Unkeyed, ScriptedActor(reply), tasks[:1], str(tmp_path / "u.jsonl"), cfg)
+    states = unkeyed[0].extra["step_states"]
+    assert len(set(states)) == len(states)  # the observation history grows every step
+    assert states == unkeyed[1].extra["step_states"]

@@ -23,7 +23,8 @@ import tempfile
 import jax
 import numpy as np
 
-from coevo_jax.data.batching import bucket_for, collate_grpo, sampled_sequence
+from coevo_jax.data.batching import bucket_for
+from coevo_jax.data.grpo_rows import collate_grpo, sampled_sequence
 from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.models import abstract_model, bind
 from coevo_jax.rollout import ModelActor, RolloutConfig, run_rollouts

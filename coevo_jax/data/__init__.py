@@ -16,8 +16,9 @@ Data flows top-down: trajectory file -> `read_trajectories` -> pair builders (eq
 * `pairs`: eq. 6 `build_failure_pairs`, eq. 8 `build_target_pairs`, `build_eto_pairs`,
   `build_positive_agent_pairs`, `select_rft`; each builder returns a `PreferenceDataset` with its report.
 * `reports`: `DatasetReport` (counts by pair type, hard negatives, rejected-reward histogram).
-* `batching`: over-long policy (`FitReport`), bucketed fixed-shape SFT, DPO and GRPO batches (GRPO's
-  from the sampled episodes' recorded token ids, `sampled_sequence`).
+* `batching`: over-long policy (`FitReport`), bucketed fixed-shape SFT and DPO batches.
+* `grpo_rows`: GRPO's rows and batches from the sampled episodes' recorded token ids (`sampled_sequence`),
+  with an advantage per episode or per reply (GiGPO).
 * `sources`: trajectories and pairs read by path, a record file or a TFDS split (`DIR[:SPLIT]`); the main
   job reads `env.experts_path` through it, so a run can clone a published run's experts.
 * `tfds_builders` (import it explicitly; it loads tensorflow_datasets): array_record datasets of trajectories
@@ -29,18 +30,15 @@ from coevo_jax.data.batching import (
     DEFAULT_BUCKETS,
     OVERFLOW_POLICIES,
     FitReport,
-    SampledSequence,
     TokenizedPair,
     bucket_for,
     collate_dpo,
-    collate_grpo,
     collate_sft,
     fit_to_length,
     iter_sft_batches,
     next_token_targets,
     plan_batches,
     power_of_two_buckets,
-    sampled_sequence,
     tokenize_pairs,
     tokenize_sft_examples,
 )
@@ -71,6 +69,7 @@ from coevo_jax.data.formats import (
     write_pairs_jsonl,
     write_trl_preferences,
 )
+from coevo_jax.data.grpo_rows import SampledSequence, collate_grpo, sampled_sequence
 from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.pairs import (
     DEFAULT_HARD_NEGATIVE_THRESHOLD,

@@ -20,11 +20,7 @@ one DPO layout: any block of consecutive pairs is a block of consecutive rows, s
 shards and processes each take whole pairs by plain slicing (`coevo_jax.sharding.device_layout`,
 `place_batch`), and the train steps consume it as it is.
 
-GRPO batch (`collate_grpo`): the [B, L] sequence entries of sampled episodes built from their recorded
-`TokenTrace` (`sampled_sequence`: the exact ids the sampler saw and drew, never re-tokenized; the action mask
-is exactly the sampled reply tokens, so prompt and observation tokens carry no loss), plus `old_logps` [B, L]
-(the sampler's log-prob of `targets[r, t]`, aligned like `loss_mask`, 0 elsewhere), `advantages[B]` and
-`example_mask[B]`.
+GRPO batches: `coevo_jax.data.grpo_rows`.
 
 Over-long trajectories (`fit_to_length`, default "cut_turns"): keep the prompt and cut whole turns from the
 end until the sequence fits `max_length`, so the last scored token is still an end-of-turn; a trajectory whose
@@ -233,7 +229,7 @@ def next_token_targets(
     return targets, loss_mask
 
 
-def _sequence_arrays(rows: Sequence[TokenizedTrajectory], length: int, pad_id: int) -> dict[str, np.ndarray]:
+def sequence_arrays(rows: Sequence[TokenizedTrajectory], length: int, pad_id: int) -> dict[str, np.ndarray]:
     input_ids = np.full((len(rows), length), pad_id, dtype=np.int32)
     action_mask = np.zeros((len(rows), length), dtype=bool)
     attention_mask = np.zeros((len(rows), length), dtype=np.int32)
@@ -266,7 +262,7 @@ def check_right_padded(attention_mask_RxL: np.ndarray) -> None:
         )
 
 
-def _real_flags(num_real: int, size: int) -> np.ndarray:
+def real_flags(num_real: int, size: int) -> np.ndarray:
     if not 1 <= num_real <= size:
         raise ValueError(f"{num_real} items for a batch of {size}")
     return (np.arange(size) < num_real).astype(np.float32)
@@ -276,9 +272,9 @@ def collate_sft(
     examples: Sequence[TokenizedTrajectory], *, length: int, batch_size: int, pad_id: int
 ) -> dict[str, np.ndarray]:
     """[batch_size, length] SFT batch; missing rows repeat row 0 with zero loss_mask and example_mask."""
-    example_mask = _real_flags(len(examples), batch_size)
+    example_mask = real_flags(len(examples), batch_size)
     rows = [*examples, *[examples[0]] * (batch_size - len(examples))]
-    batch = _sequence_arrays(rows, length, pad_id)
+    batch = sequence_arrays(rows, length, pad_id)
     batch["loss_mask"] *= example_mask[:, None]
     batch["example_mask"] = example_mask
     return batch
@@ -288,67 +284,13 @@ def collate_dpo(
     pairs: Sequence[TokenizedPair], *, length: int, pairs_per_batch: int, pad_id: int
 ) -> dict[str, np.ndarray]:
     """[2 * pairs_per_batch, length] batch: rows 2p and 2p + 1 are pair p's chosen and rejected sides."""
-    pair_mask = _real_flags(len(pairs), pairs_per_batch)
+    pair_mask = real_flags(len(pairs), pairs_per_batch)
     padded = [*pairs, *[pairs[0]] * (pairs_per_batch - len(pairs))]
-    batch = _sequence_arrays([side for p in padded for side in (p.chosen, p.rejected)], length, pad_id)
+    batch = sequence_arrays([side for p in padded for side in (p.chosen, p.rejected)], length, pad_id)
     batch["loss_mask"] *= np.repeat(pair_mask, 2)[:, None]
     batch["lambda_dpo"] = np.asarray([p.lambda_dpo for p in padded], dtype=np.float32) * pair_mask
     batch["lambda_sft"] = np.asarray([p.lambda_sft for p in padded], dtype=np.float32) * pair_mask
     batch["pair_mask"] = pair_mask
-    return batch
-
-
-@dataclass(frozen=True)
-class SampledSequence:
-    """A sampled episode as GRPO trains on it: its tokens and action mask, the sampler's log-prob of each
-    action token (float32 [n], aligned with `tokens.input_ids`, 0 off the mask), and its advantage."""
-
-    tokens: TokenizedTrajectory
-    sampled_logps: np.ndarray
-    advantage: float
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-def sampled_sequence(
-    trajectory: Trajectory, advantage: float, *, max_length: int, overflow: str = "cut_turns"
-) -> SampledSequence | None:
-    """The episode's recorded tokens (`Trajectory.tokens`) as a GRPO row, fitted to `max_length` by the
-    over-long policy (None: dropped). An episode without a token trace (a scripted or converted one) is an
-    error: GRPO trains only on tokens a sampler drew."""
-    trace = trajectory.tokens
-    if trace is None:
-        raise ValueError(f"{trajectory.traj_id}: no token trace; GRPO needs the sampler's own tokens")
-    ids = np.asarray(trace.ids, dtype=np.int32)
-    mask = np.zeros(len(ids), dtype=bool)
-    logps = np.zeros(len(ids), dtype=np.float32)
-    logprobs = np.asarray(trace.logprobs, dtype=np.float32)
-    used = 0
-    for start, end in trace.reply_spans:
-        mask[start:end] = True
-        logps[start:end] = logprobs[used : used + end - start]
-        used += end - start
-    fitted = fit_to_length(TokenizedTrajectory(ids, mask), max_length, overflow)
-    if fitted is None:
-        return None
-    return SampledSequence(fitted, logps[: len(fitted)], float(advantage))
-
-
-def collate_grpo(
-    examples: Sequence[SampledSequence], *, length: int, batch_size: int, pad_id: int
-) -> dict[str, np.ndarray]:
-    """[batch_size, length] GRPO batch; missing rows repeat row 0 with zero loss_mask and example_mask."""
-    example_mask = _real_flags(len(examples), batch_size)
-    rows = [*examples, *[examples[0]] * (batch_size - len(examples))]
-    batch = _sequence_arrays([row.tokens for row in rows], length, pad_id)
-    batch["loss_mask"] *= example_mask[:, None]
-    old_logps = np.zeros((batch_size, length), dtype=np.float32)
-    for r, row in enumerate(rows):
-        old_logps[r, : len(row) - 1] = row.sampled_logps[1:]  # the log-prob of targets[r, t] = ids[t + 1]
-    batch["old_logps"] = old_logps * (batch["loss_mask"] > 0)
-    batch["advantages"] = np.asarray([row.advantage for row in rows], dtype=np.float32) * example_mask
-    batch["example_mask"] = example_mask
     return batch
 
 

@@ -9,6 +9,11 @@ environment's raw text (the loop adds `Observation: `). `expert_trajectories(spl
 demonstrations a run clones (SFT) and pairs against (ETO, eq. 8), each replayed through the environment with
 `record_expert_trajectory`, so its reward is the environment's own.
 
+`state_key()` names the state the episode is in, so that steps of a task's episodes taken from the same state
+can be compared (GiGPO's step groups): equal keys, same state. An environment that returns None (the default)
+is keyed by the history of observations since `reset`, which is the state wherever observations are
+deterministic.
+
 `add_tasks(specs)` gives an environment tasks beyond its own splits (CoEvolve's synthesized tasks): each a
 `TaskSpec`, a JSON-able id, task text, initial state and reference solution that the environment reads into
 its own task form, after which `reset(spec.task_id)` plays it like any other task. Added tasks are in no split.
@@ -109,6 +114,11 @@ class Environment(abc.ABC):
         """Makes each spec playable by `reset(spec.task_id)` (in no split). Adding an equal spec again does
         nothing; another spec under a taken id is a ValueError. The default accepts none."""
         raise NotImplementedError(f"{self.name}: this environment does not accept added tasks")
+
+    def state_key(self) -> str | None:
+        """A key of the episode's current state (equal keys: the same state, the same future rewards for the
+        same actions), or None: the rollout loop then keys states by the observations since `reset`."""
+        return None
 
     def episode_metrics(self) -> dict[str, float]:
         """Measures of the episode just played besides its reward (BFCL's turn accuracy), asked once it has

@@ -155,6 +155,12 @@ class GRPOConfig:
     aggregation: str = "token_mean"  # | "sequence_mean" | "sum_norm" (Dr. GRPO)
     advantage_scale: str = "group"  # | "none" (Dr. GRPO: r - mean)
     drop_equal_groups: bool = False  # drop tasks whose K rewards are all equal (no signal; fraction logged)
+    # "episode": every token of an episode gets its group-relative advantage; "gigpo" (arXiv 2505.10978): each
+    # reply's tokens also get `step_weight` (omega) x its step advantage, the discounted return (`gamma`) from
+    # that reply against the other replies of the task's episodes written in the same environment state
+    advantage: str = "episode"
+    step_weight: float = 1.0
+    gamma: float = 0.95
 
     def __post_init__(self):
         if self.samples_per_task < 2:
@@ -169,6 +175,10 @@ class GRPOConfig:
             raise ValueError(f"grpo.advantage_scale {self.advantage_scale!r}: group or none")
         if self.temperature <= 0 or self.beta < 0:
             raise ValueError(f"grpo: temperature must be > 0 and beta >= 0: {self}")
+        if self.advantage not in ("episode", "gigpo"):
+            raise ValueError(f"grpo.advantage {self.advantage!r}: episode or gigpo")
+        if not 0.0 <= self.gamma <= 1.0 or self.step_weight < 0:
+            raise ValueError(f"grpo: gamma must be in [0, 1] and step_weight >= 0: {self}")
 
 
 @dataclasses.dataclass(frozen=True)

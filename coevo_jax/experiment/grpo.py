@@ -7,8 +7,10 @@ A GRPO step (CoEvolve eq. 1, settings in `config.GRPOConfig`):
    every episode's exact token ids and the sampler's log-prob of each sampled token (`Trajectory.tokens`);
 3. computes each task's group-relative advantages (`losses.group_advantages`) over its usable episodes
    (episodes that ended in an environment error or at the context limit are left out), logs the fraction
-   of groups whose rewards are all equal (no signal) and, with `drop_equal_groups`, drops them;
-4. trains on the episodes' recorded ids (`batching.sampled_sequence`, never re-tokenised): length-bucketed
+   of groups whose rewards are all equal (no signal) and, with `drop_equal_groups`, drops them; with
+   `advantage="gigpo"` each reply also gets its step-level advantage (`step_advantages`), and the step logs
+   how many episodes carried any signal;
+4. trains on the episodes' recorded ids (`grpo_rows.sampled_sequence`, never re-tokenised): length-bucketed
    batches of `batch_size` episodes, each scored once by the reference (the SFT policy; skipped when
    `beta` is 0) and updated `updates_per_batch` (mu) times by the `StepKind.GRPO` step. The sampler's
    log-probs are the importance ratio's old log-probs, so a batch's first update has ratio 1 up to the
@@ -36,7 +38,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from coevo_jax import checkpoints, losses
-from coevo_jax.data.batching import collate_grpo, plan_batches, sampled_sequence
+from coevo_jax.data.batching import plan_batches
+from coevo_jax.data.grpo_rows import collate_grpo, sampled_sequence
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
 from coevo_jax.experiment import processes, rollouts
@@ -112,6 +115,7 @@ class GroupStats:
     episodes: int
     unusable_episodes: int  # environment error or context limit: not in any group
     trained_episodes: int
+    signal_episodes: int  # trained episodes with a nonzero advantage on some token: they carry a gradient
     over_long_dropped: int  # prompt plus first reply longer than max_length
 
     @property
@@ -122,15 +126,56 @@ class GroupStats:
         return {**dataclasses.asdict(self), "equal_reward_fraction": self.equal_reward_fraction}
 
 
+def _padded(n: int) -> int:
+    """`n` rounded up to a power of two, so that the step functions compile for few shapes."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def step_advantages(episodes: Sequence[Trajectory], cfg: GRPOConfig) -> list[np.ndarray]:
+    """GiGPO's step-level advantage of each reply of each episode (one array per episode, one value a reply).
+
+    A reply's value is the discounted return (`cfg.gamma`) of the rewards from it on (a step's reward is the
+    rise of the environment's score, `extra["step_scores"]`); replies of one task's episodes written in the
+    same state (`extra["step_states"]`) form a group, and each value is normalised within its group
+    (`losses.step_group_advantages`, `cfg.advantage_scale`)."""
+    scores = []
+    for episode in episodes:
+        if "step_scores" not in episode.extra or "step_states" not in episode.extra:
+            raise ValueError(f"{episode.traj_id}: no per-step scores and states (rolled out by older code)")
+        scores.append(np.asarray(episode.extra["step_scores"], np.float32))
+    rows, width = _padded(len(episodes)), _padded(max(len(s) for s in scores))
+    rewards, mask = np.zeros((rows, width), np.float32), np.zeros((rows, width), bool)
+    for row, row_scores in enumerate(scores):
+        rewards[row, : len(row_scores)] = np.diff(row_scores, prepend=np.float32(0.0))
+        mask[row, : len(row_scores)] = True
+    returns = np.asarray(losses.discounted_returns(rewards, mask, cfg.gamma))
+    groups: dict[tuple[str, str], int] = {}
+    ids = [
+        groups.setdefault((episode.task_id, state), len(groups))
+        for episode in episodes
+        for state in episode.extra["step_states"]
+    ]
+    size = _padded(len(ids))
+    values = np.zeros(size, np.float32)
+    values[: len(ids)] = returns[mask]
+    group_ids = np.arange(size, dtype=np.int32)  # the padding: groups of one, advantage 0
+    group_ids[: len(ids)] = ids
+    advantages = np.asarray(losses.step_group_advantages(values, group_ids, scale=cfg.advantage_scale))
+    bounds = np.cumsum([0] + [len(s) for s in scores])
+    return [advantages[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 def grpo_examples(
     trajectories: Sequence[Trajectory], cfg: GRPOConfig, max_length: int
 ) -> tuple[list, GroupStats]:
-    """The training rows of one step (`SampledSequence`s with their group-relative advantages) and stats."""
+    """The training rows of one step (`SampledSequence`s with their group-relative advantages, per reply with
+    GiGPO's step advantages added when `cfg.advantage` is "gigpo") and stats."""
     groups: dict[str, list[Trajectory]] = collections.defaultdict(list)
     usable = [t for t in trajectories if rollouts.is_usable(t) and t.tokens is not None]
     for trajectory in usable:
         groups[trajectory.task_id].append(trajectory)
-    examples, equal, dropped, over_long = [], 0, 0, 0
+    trained: list[tuple[Trajectory, float]] = []
+    equal, dropped, over_long = 0, 0, 0
     for members in groups.values():
         rewards = np.asarray([[t.reward for t in members]], np.float32)
         if np.all(rewards == rewards[0, 0]):
@@ -139,12 +184,20 @@ def grpo_examples(
                 dropped += 1
                 continue
         advantages = np.asarray(losses.group_advantages(rewards, scale=cfg.advantage_scale))[0]
-        for trajectory, advantage in zip(members, advantages, strict=True):
-            example = sampled_sequence(trajectory, float(advantage), max_length=max_length)
-            if example is None:
-                over_long += 1
-            else:
-                examples.append(example)
+        trained += zip(members, advantages.tolist(), strict=True)
+    if cfg.advantage == "gigpo" and trained:
+        steps = step_advantages([t for t, _ in trained], cfg)
+        advantages = [a + cfg.step_weight * s for (_, a), s in zip(trained, steps, strict=True)]
+    else:
+        advantages = [a for _, a in trained]
+    examples, signal = [], 0
+    for (trajectory, _), advantage in zip(trained, advantages, strict=True):
+        example = sampled_sequence(trajectory, advantage, max_length=max_length)
+        if example is None:
+            over_long += 1
+            continue
+        examples.append(example)
+        signal += bool(np.any(example.token_advantages() != 0))
     stats = GroupStats(
         groups=len(groups),
         equal_reward_groups=equal,
@@ -152,6 +205,7 @@ def grpo_examples(
         episodes=len(trajectories),
         unusable_episodes=len(trajectories) - len(usable),
         trained_episodes=len(examples),
+        signal_episodes=signal,
         over_long_dropped=over_long,
     )
     return examples, stats
@@ -302,6 +356,10 @@ def _summary(grpo: GRPOConfig, history: list[dict]) -> dict:
         "success_rate": weighted("success_rate"),
         "equal_reward_fraction": sum(r["equal_reward_groups"] for r in history)
         / max(sum(r["groups"] for r in history), 1),
+        # episodes whose tokens carried a nonzero advantage, of all sampled (records before the count: None)
+        "signal_episode_fraction": sum(r.get("signal_episodes", 0) for r in history) / max(episodes, 1)
+        if all("signal_episodes" in r for r in history)
+        else None,
         "learning_rate": grpo.learning_rate,
         "beta": grpo.beta,
     }

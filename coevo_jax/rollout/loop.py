@@ -10,7 +10,9 @@ ETO's ReAct semantics (`coevo_jax.react`): a reply without `Action: ` gets the "
 observation and still spends a step; an episode ends when the environment says done (reward 1.0 for the
 built-in tasks), when it has used the task's step budget, or when the policy's context is full. The
 trajectory's reward is the environment's last score, and its `extra["metrics"]` the environment's
-`episode_metrics()` (when it has any). An actor that records its tokens (`ModelActor.trace`) has them
+`episode_metrics()` (when it has any). Per reply, `extra["step_scores"]` holds the score after it and
+`extra["step_states"]` a digest of the state it was written in (`Environment.state_key`, else the
+observations since `reset`): what GiGPO's step groups compare. An actor that records its tokens (`ModelActor.trace`) has them
 stored with the trajectory (`Trajectory.tokens`). Finished episodes are streamed to a JSONL file;
 episodes already in that file are skipped, so a rerun after a crash continues where it stopped.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import hashlib
 import logging
 import threading
 import time
@@ -81,6 +84,17 @@ class _Episode:
     reward: float = 0.0
     invalid_format: int = 0
     reason: str | None = None
+    state: str = ""  # digest of the current state (`state_digest`)
+    step_scores: list[float] = dataclasses.field(default_factory=list)
+    step_states: list[str] = dataclasses.field(default_factory=list)
+
+
+def state_digest(env: Environment, previous: str, observation: str) -> str:
+    """A short digest of the environment's state: of `env.state_key()`, or where that is None of the
+    observations since reset (`previous` is the digest before `observation`)."""
+    key = env.state_key()
+    text = f"state\0{key}" if key is not None else f"history\0{previous}\0{observation}"
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def trajectory_id(env_name: str, task_id: str, cfg: RolloutConfig, sample: int) -> str:
@@ -115,7 +129,9 @@ class _Slots:
             return None
         env, (task_id, sample) = self.envs[slot], task
         budget = self.cfg.max_steps or env.max_steps(task_id)
-        episode = _Episode(task_id, sample, budget, prompt_messages(env, env.reset(task_id)))
+        task_text = env.reset(task_id)
+        episode = _Episode(task_id, sample, budget, prompt_messages(env, task_text))
+        episode.state = state_digest(env, "", task_text)
         self.episodes[slot] = episode
         return TurnRequest(tuple(episode.messages), new_episode=True, task_id=task_id, sample=sample)
 
@@ -125,6 +141,7 @@ class _Slots:
             return
         episode.messages.append(Message(ASSISTANT, reply))
         episode.steps += 1
+        episode.step_states.append(episode.state)
         action = parse_action(reply)
         done = False
         if action is None:
@@ -139,6 +156,8 @@ class _Slots:
                 return
             episode.reward = float(reward)
             observation = format_observation(text, self.envs[slot].observation_prefix)
+        episode.step_scores.append(episode.reward)
+        episode.state = state_digest(self.envs[slot], episode.state, observation)
         if done:
             episode.reason = "done"
         elif episode.steps >= episode.max_steps:
@@ -178,6 +197,8 @@ class _Slots:
                 "steps": episode.steps,
                 "terminate_reason": episode.reason,
                 "invalid_format": episode.invalid_format,
+                "step_scores": episode.step_scores,
+                "step_states": episode.step_states,
                 **({"metrics": metrics} if metrics else {}),
             },
             tokens=self.trace(slot) if episode.reason != "context_limit" else None,

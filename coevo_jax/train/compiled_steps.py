@@ -46,7 +46,12 @@ from coevo_jax.train.steps import (
 
 SFT_KEYS = (*SEQUENCE_KEYS, "example_mask")
 DPO_KEYS = (*SEQUENCE_KEYS, *PAIR_KEYS)
-TOKEN_KEYS = (*SEQUENCE_KEYS, "old_logps", "ref_logps")  # [K, rows, L] entries; the rest are [K, rows]
+TOKEN_KEYS = (
+    *SEQUENCE_KEYS,
+    "old_logps",
+    "ref_logps",
+    "advantages",
+)  # [K, rows, L] entries; the rest are [K, rows]
 
 
 def grpo_keys(beta: float) -> tuple[str, ...]:

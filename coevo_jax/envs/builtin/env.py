@@ -19,6 +19,7 @@ same condition kinds, and a reference solution that is their expert (`tasks.task
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from coevo_jax.data.records import Trajectory
@@ -142,6 +143,13 @@ class BuiltinEnv(Environment):
     def score(self) -> float:
         """The fraction of subgoals reached so far in this episode (exactly 1.0 when the task is complete)."""
         return 1.0 if self._done else sum(self._reached) / len(self._reached)
+
+    def state_key(self) -> str:
+        """The world (room, every thing's place and state, focus) and the subgoals reached, which the score
+        counts: the whole state the rest of the episode depends on."""
+        if self._world is None:
+            raise RuntimeError("builtin: state_key() before reset()")
+        return json.dumps([self._world.to_json(), self._reached], sort_keys=True, separators=(",", ":"))
 
     def episode_metrics(self) -> dict[str, float]:
         """The episode's actions the world refused (a well-formed action it cannot do: wrong room, object not
