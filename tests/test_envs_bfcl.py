@@ -2,6 +2,7 @@
 the step limit, per-turn accuracy, miss_func / miss_param, safe decoding, splits, docs, the rollout loop and
 the main job with a tiny policy."""
 
+import ast
 import importlib.util
 import json
 import pathlib
@@ -13,8 +14,17 @@ from seeds import fresh_seed
 from coevo_jax import envs
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.envs.bfcl import BfclEnv, backend
+from coevo_jax.envs.bfcl.backend import function_signatures
 from coevo_jax.envs.bfcl.calls import decode_action
-from coevo_jax.envs.bfcl.data import BFCL_VERSION, CATEGORIES, PYTHON_HINT, bfcl_module, load_category
+from coevo_jax.envs.bfcl.data import (
+    BFCL_VERSION,
+    CATEGORIES,
+    MULTI_TURN_CLASSES,
+    PYTHON_HINT,
+    bfcl_module,
+    class_docs,
+    load_category,
+)
 from coevo_jax.envs.bfcl.docs import compact_docs, render_docs, signature
 from coevo_jax.envs.bfcl.experts import END_TURN, NO_CALL, expert_steps, keyword_call
 from coevo_jax.experiment import rollouts
@@ -74,6 +84,44 @@ def test_bfcls_checker_scores_every_expert_of_every_task_one(category):
     play(environment, task_id, expert_actions(environment, task_id))
     assert environment.episode_metrics() == {"turn_accuracy": 1.0}
     environment.close()
+
+
+def _call_forms(call_text: str) -> str:
+    """How a ground-truth call passes its arguments: keyword, positional or positional+keyword."""
+    call = ast.parse(call_text, mode="eval").body
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name), call_text
+    for node in [*call.args, *(k.value for k in call.keywords)]:
+        ast.literal_eval(node)  # every value is a literal
+    assert all(k.arg is not None for k in call.keywords), call_text
+    return "+".join(kind for kind, nodes in (("positional", call.args), ("keyword", call.keywords)) if nodes)
+
+
+# Ground-truth calls with positional arguments, per category (bfcl-eval 2026.3.23): positional only, mixed.
+POSITIONAL_CALLS = {"positional": 38, "positional+keyword": 2}
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_every_ground_truth_written_as_bfcl_stores_it_scores_one(category):
+    """All 800 tasks: each turn's ground-truth calls, verbatim, as one action (then `[]`), through
+    `env.step`: accepted, and BFCL's checker gives the episode reward 1.0. The calls use three forms:
+    keyword arguments, positional ones, and positional before keyword ones; all values are literals."""
+    environment = BfclEnv(category=category)
+    forms, scores = [], {}
+    for task_id in environment.tasks("all"):
+        environment.reset(task_id)
+        for calls in environment.task(task_id).ground_truth:
+            forms += [_call_forms(call) for call in calls]
+            if calls:
+                observation, _, _, info = environment.step(f"[{', '.join(calls)}]")
+                assert "error" not in info, (task_id, observation)
+            _, reward, done, _ = environment.step("[]")
+        assert done
+        scores[task_id] = reward
+    environment.close()
+    assert len(scores) == 200 and set(scores.values()) == {1.0}
+    counts = {form: forms.count(form) for form in set(forms)}
+    assert set(counts) == {"", "keyword", *POSITIONAL_CALLS}  # "": a call without arguments
+    assert {form: counts[form] for form in POSITIONAL_CALLS} == POSITIONAL_CALLS
 
 
 def test_expert_steps_name_positional_arguments_and_end_every_turn():
@@ -189,12 +237,19 @@ MALFORMED = [
     ("[eval(source='1')]", "'eval' is not one of the functions of this task"),
     ("[open(file='/etc/passwd')]", "'open' is not one of the functions of this task"),
     ("[send_message(receiver_id='1', message='x')]", "'send_message' is not one of the functions"),
-    ("[cd('document')]", "positional arguments are not accepted"),
+    ("[cd('document', folder='temp')]", "argument folder is given both by position and as folder="),
+    ("[ls(True, False)]", "ls takes only 1 (a) positional arguments but got 2"),
+    ("[pwd('document')]", "pwd takes no positional arguments but got 1"),
+    ("[cd(*['document'])]", "* arguments are not accepted"),
     ("[cd(**{'folder': 'document'})]", "** arguments are not accepted"),
     ("[cd(folder=open('x'))]", "is not a literal value"),
     ("[cd(folder='docu' + 'ment')]", "is not a literal value"),
     ("[cd(folder=(lambda: 'document')())]", "is not a literal value"),
-    ("[cd(folder='document'), ls(True)]", "ls: positional arguments"),  # nothing runs, cd neither
+    ("[cd(open('x'))]", "cd: argument folder: \"open('x')\" is not a literal value"),
+    ("[cd('docu' + 'ment')]", "cd: argument folder: \"'docu' + 'ment'\" is not a literal value"),
+    ("[cd(os.sep)]", "cd: argument folder: 'os.sep' is not a literal value"),
+    ("[cd((lambda: 'document')())]", "is not a literal value"),
+    ("[cd(folder='document'), ls(True, True)]", "ls takes only 1"),  # nothing runs, cd neither
 ]
 
 
@@ -207,6 +262,37 @@ def test_a_malformed_or_refused_action_is_an_error_observation_and_runs_nothing(
     assert (reward, done) == (0.0, False)
     assert env.step("[pwd(), ls(a=True)]")[0] == before  # nothing changed
     assert not pathlib.Path("/tmp/bfcl_pwned").exists()
+
+
+def test_positional_arguments_bind_to_the_parameters_in_order():
+    """As Python binds them, and as BFCL's executor runs its ground truth; the canonical call names them."""
+    documented = {d["name"] for name in MULTI_TURN_CLASSES for d in class_docs()[name]}
+    assert set(function_signatures()) == documented
+    cases = {
+        "sort('final_report.pdf')": "sort(file_name='final_report.pdf')",
+        "mv('a.txt', 'b')": "mv(source='a.txt', destination='b')",
+        "ls(True)": "ls(a=True)",
+        "post_tweet('Hi', tags=['#t'], mentions=['@m'])": "post_tweet(content='Hi', tags=['#t'], mentions=['@m'])",
+        "post_tweet('Hi', mentions=['@m'])": "post_tweet(content='Hi', mentions=['@m'])",
+        "logarithm(8.0, 2.0, precision=4)": "logarithm(value=8.0, base=2.0, precision=4)",
+        "cd(documents)": "cd(folder='documents')",  # a bare name is its text, as for keyword arguments
+    }
+    allowed = {"sort", "mv", "ls", "post_tweet", "logarithm", "cd"}
+    for action, canonical in cases.items():
+        assert decode_action(action, allowed).calls == (canonical,), action
+        assert keyword_call(action) == canonical
+    # The bounds hold however the argument is passed.
+    assert "exponent must be at most 1000" in decode_action("power(10, 1000000000)", {"power"}).error
+    # Only the task's functions, positional or not.
+    assert "'sort' is not one of the functions" in decode_action("sort('a')", {"ls"}).error
+    with pytest.raises(ValueError, match="positional arguments"):
+        keyword_call("mv('a', 'b', 'c')")
+    environment = BfclEnv()
+    environment.reset(BASE_0)
+    observation = environment.step("[cd('document'), sort('final_report.pdf')]")[0]
+    assert observation.splitlines()[1].startswith("sort(file_name='final_report.pdf') -> ")
+    assert "Error" not in observation
+    environment.close()
 
 
 def test_code_in_an_argument_is_only_text():
@@ -451,3 +537,36 @@ def test_the_main_job_plays_bfcl_with_a_tiny_policy(tmp_path):
     (trajectory,) = read_trajectories(path)
     assert trajectory.task_id == "multi_turn_base_3" and len(trajectory.messages) > 3  # it played steps
     assert trajectory.extra["metrics"] == {"turn_accuracy": 0.0}
+
+
+def test_episodes_do_not_share_a_backend_method_s_default_list():
+    """TwitterAPI.post_tweet's default `mentions=[]` is stored in the tweet, and `mention` appends to it: an
+    earlier episode's mention must not show up in a later episode's tweet."""
+    task = envs.make("bfcl").task("multi_turn_base_90")
+    first, second = backend.new_model_name(), backend.new_model_name()
+    try:
+        posted = json.loads(backend.execute(task, ["post_tweet(content='first')"], first)[0][0])
+        backend.execute(task, [f"mention(tweet_id={posted['id']}, mentioned_usernames=['@x'])"], first)
+        later = json.loads(backend.execute(task, ["post_tweet(content='second')"], second)[0][0])
+    finally:
+        backend.drop_instances(first)
+        backend.drop_instances(second)
+    assert later["mentions"] == [] and later["tags"] == []
+
+
+def test_the_state_key_is_the_backends_state_with_the_turn():
+    """Equal play, equal keys; a call that changes a backend changes the key, a read-only call does not."""
+    env, other = envs.make("bfcl"), envs.make("bfcl")
+    env.reset("multi_turn_base_90")
+    other.reset("multi_turn_base_90")
+    start = env.state_key()
+    assert start == other.state_key()
+    env.step("[get_zipcode_based_on_city(city='Rivermist')]")  # reads, changes no backend
+    assert json.loads(env.state_key())[2] == json.loads(start)[2]
+    env.step("[post_tweet(content='hello')]")
+    other.step("[post_tweet(content='hello')]")
+    assert env.state_key() == other.state_key() != start
+    env.step("[]")  # ends the user turn: the next turn's state
+    assert json.loads(env.state_key())[0] == 1
+    env.close()
+    other.close()

@@ -15,15 +15,33 @@ a value). BFCL's evaluation runner (`_evaluate_single_multi_turn_entry`) imports
 does not call it, so `irrelevance=False` gives BFCL leaderboard's multi-turn score. An episode with fewer
 turns than the task (it ran out of steps) fails, as BFCL's force-terminated entries do. Per-turn results
 run the same checks turn by turn without stopping at the first failure.
+
+Episodes are isolated from each other: a backend method with a mutable default argument (TwitterAPI's
+`post_tweet(..., tags=[], mentions=[])` keeps that very list in the tweet and `mention` appends to it) would
+otherwise carry one episode's values into every later tweet posted without them, in any episode of the process.
+Every execution and check here starts from fresh copies of those defaults, one at a time (`isolated`).
+
+`state_key` is the episode's state as BFCL's state checker reads it: every backend instance's public
+attributes (GiGPO's step groups compare it).
+
+`function_signatures` gives the backends' functions as BFCL's executor maps them (each public method of the
+classes, by its bare name) with their Python signatures, by which `calls` names positional arguments.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
+import functools
+import importlib
+import inspect
+import json
+import threading
 import uuid
 from collections.abc import Sequence
 
-from coevo_jax.envs.bfcl.data import BfclTask, bfcl_module
+from coevo_jax.envs.bfcl.data import MULTI_TURN_CLASSES, BfclTask, bfcl_module
 
 Turn = Sequence[Sequence[str]]  # the agent's executed steps in one turn, each a list of canonical calls
 
@@ -34,6 +52,77 @@ def executor_module():
 
 def checker_module():
     return bfcl_module("eval_checker.multi_turn_eval.multi_turn_checker")
+
+
+@functools.cache
+def function_signatures() -> dict[str, inspect.Signature]:
+    """Every multi-turn backend function by name, with its signature without `self`.
+
+    The names are those BFCL's executor maps to an instance (the public methods of each class); they are
+    unique across the eight classes, so a bare name says which class's method runs.
+    """
+    signatures: dict[str, inspect.Signature] = {}
+    for cls in _backend_classes():
+        for name, method in inspect.getmembers(cls, inspect.isfunction):
+            if name.startswith("_"):
+                continue
+            if name in signatures:
+                raise ValueError(f"bfcl: function {name} is a method of more than one backend class")
+            signature = inspect.signature(method)
+            signatures[name] = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return signatures
+
+
+def _backend_classes() -> list[type]:
+    paths = bfcl_module("constants.executable_backend_config").CLASS_FILE_PATH_MAPPING
+    return [getattr(importlib.import_module(paths[name]), name) for name in MULTI_TURN_CLASSES]
+
+
+@functools.cache
+def _mutable_defaults() -> tuple[tuple[object, tuple], ...]:
+    """(function, its original defaults) of each backend method with a list, dict or set default."""
+    found = []
+    for cls in _backend_classes():
+        for _, method in inspect.getmembers(cls, inspect.isfunction):
+            defaults = method.__defaults__ or ()
+            if any(isinstance(value, list | dict | set) for value in defaults):
+                found.append((method, copy.deepcopy(defaults)))
+    return tuple(found)
+
+
+_ISOLATION = threading.RLock()
+
+
+@contextlib.contextmanager
+def isolated():
+    """Holds the backends for one execution or check, their mutable defaults fresh copies of the originals."""
+    with _ISOLATION:
+        for method, defaults in _mutable_defaults():
+            method.__defaults__ = copy.deepcopy(defaults)
+        yield
+
+
+def _public_state(value, seen: frozenset = frozenset()):
+    """JSON values of an instance's public state, recursively (objects by their public attributes)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if id(value) in seen:
+        return "<cycle>"
+    seen = seen | {id(value)}
+    if isinstance(value, dict):
+        return sorted([str(k), _public_state(v, seen)] for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [_public_state(v, seen) for v in value]
+        return sorted(items, key=repr) if isinstance(value, set | frozenset) else items
+    if hasattr(value, "__dict__"):
+        public = {k: v for k, v in vars(value).items() if not k.startswith("_")}
+        return [type(value).__name__, _public_state(public, seen)]
+    return repr(value)
+
+
+def state_key(instances: dict) -> str:
+    """The backends' state as BFCL's state checker compares it: each instance's public attributes."""
+    return json.dumps(_public_state(dict(instances)), separators=(",", ":"))
 
 
 def new_model_name() -> str:
@@ -52,15 +141,16 @@ def execute(
     task: BfclTask, calls: Sequence[str], model_name: str, *, is_eval: bool = False
 ) -> tuple[list, dict]:
     """BFCL's executor on canonical calls: (one output string per call, the backend instances by class)."""
-    return executor_module().execute_multi_turn_func_call(
-        list(calls),
-        task.initial_config,
-        list(task.involved_classes),
-        model_name,
-        task.task_id,
-        long_context=task.long_context,
-        is_evaL_run=is_eval,
-    )
+    with isolated():
+        return executor_module().execute_multi_turn_func_call(
+            list(calls),
+            task.initial_config,
+            list(task.involved_classes),
+            model_name,
+            task.task_id,
+            long_context=task.long_context,
+            is_evaL_run=is_eval,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,13 +191,14 @@ def check(
     checker, model_name = checker_module(), new_model_name()
     ground_truth = [list(calls) for calls in task.ground_truth]
     try:
-        result = checker.multi_turn_checker(
-            [[list(step) for step in turn] for turn in turns],
-            ground_truth,
-            task.checker_entry(),
-            task.category,
-            model_name,
-        )
+        with isolated():
+            result = checker.multi_turn_checker(
+                [[list(step) for step in turn] for turn in turns],
+                ground_truth,
+                task.checker_entry(),
+                task.category,
+                model_name,
+            )
     finally:
         drop_instances(model_name)
     if result["valid"] and irrelevance:

@@ -3,26 +3,38 @@
 Decoding follows BFCL's prompting decoder (`default_decode_execute_prompting`, `ast_parse`): the text is
 stripped of backticks, newlines and spaces at its ends, wrapped in `[` `]` where it lacks them, stripped of
 wrapping single quotes, and parsed as one Python expression: a call or a list of calls. An empty list (or an
-empty action) ends the turn. What differs, so that nothing but the task's own functions ever runs:
+empty action) ends the turn. Calls are then taken as BFCL's executor (`execute_multi_turn_func_call`) runs
+its ground truth, whose text it evaluates: positional arguments, alone or before keyword ones
+(`sort('final_report.pdf')`, `post_tweet('...', tags=['#RoadTrip'])`), bind to the function's parameters
+in order, as Python binds them. These, keyword arguments and literal values are every form BFCL's
+multi-turn ground truth uses (`tests/test_envs_bfcl.py` replays all 800 tasks). What differs, so that
+nothing but the task's own functions ever runs:
 
 * a call must name one of the task's functions (a method of its classes, as BFCL's executor maps them,
   held-back ones included) by its bare name; BFCL's executor would look other names up in its own globals;
-* arguments must be keyword arguments (BFCL's decoder silently drops positional ones) with literal values:
-  strings, numbers, booleans, None, and lists, tuples, sets and dicts of them; a bare name stands for its
-  own text, as in BFCL (`cd(folder=documents)` is `cd(folder='documents')`). BFCL's decoder `eval`s
-  arithmetic and lambdas; here they are refused;
+* arguments are literal values: strings, numbers, booleans, None, and lists, tuples, sets and dicts of
+  them; a bare name stands for its own text, as in BFCL's decoder (`cd(folder=documents)` is
+  `cd(folder='documents')`). BFCL's decoder `eval`s arithmetic and lambdas; here they are refused, as are
+  `*` and `**` unpacking. More positional arguments than the function has parameters, or a parameter
+  given both by position and by keyword, is refused, as Python refuses it (BFCL's prompting decoder
+  instead drops every positional argument without a word);
 * the few arguments that would let one call run for hours (MathAPI's `power` exponent, `logarithm` and
   `square_root` precision) are bounded.
 
-An accepted call is rewritten as `name(key=repr(value), ...)`: that text, not the agent's, is what BFCL's
-executor and checker evaluate. A refused action runs nothing; its error is the observation.
+An accepted call is rewritten as `name(key=repr(value), ...)`, every argument named: that text, not the
+agent's, is what BFCL's executor and checker evaluate. A refused action runs nothing; its error is the
+observation.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
+import itertools
 from collections.abc import Collection
+
+from coevo_jax.envs.bfcl.backend import function_signatures
 
 # (function, argument) -> largest magnitude accepted: bounds what one call may cost.
 ARGUMENT_LIMITS = {
@@ -88,28 +100,52 @@ def _value(node: ast.expr):
         raise ValueError(f"{ast.unparse(node)[:80]!r} is not a literal value") from None
 
 
+def _positional_names(name: str, signature: inspect.Signature, count: int, keywords: Collection[str]):
+    """The parameters `count` positional arguments of `name` bind to, in order; ValueError where Python's
+    binding would fail (too many, or a parameter also given by keyword). Only leading parameters that may
+    also be named take one: the canonical call names every argument."""
+    leading = itertools.takewhile(lambda p: p.kind is p.POSITIONAL_OR_KEYWORD, signature.parameters.values())
+    params = [param.name for param in leading]
+    if count > len(params):
+        takes = f"only {len(params)} ({', '.join(params)})" if params else "no"
+        raise ValueError(f"{name} takes {takes} positional arguments but got {count}; write param_name=value")
+    for param in params[:count]:
+        if param in keywords:
+            raise ValueError(f"{name}: argument {param} is given both by position and as {param}=")
+    return params[:count]
+
+
+def _argument(name: str, key: str, node: ast.expr):
+    try:
+        value = _value(node)
+    except ValueError as error:
+        raise ValueError(f"{name}: argument {key}: {error}") from None
+    limit = ARGUMENT_LIMITS.get((name, key))
+    if limit is not None and isinstance(value, int | float) and abs(value) > limit:
+        raise ValueError(f"{name}: argument {key} must be at most {limit} in magnitude")
+    return value
+
+
 def call_kwargs(call: ast.Call, allowed: Collection[str]) -> tuple[str, dict]:
-    """(name, keyword arguments) of one call; ValueError saying why it is refused."""
+    """(name, keyword arguments) of one call, positional arguments named by the function's signature;
+    ValueError saying why it is refused."""
     if not isinstance(call.func, ast.Name):
         raise ValueError(f"{ast.unparse(call.func)[:80]!r} is not a function name")
     name = call.func.id
     if name not in allowed:
         raise ValueError(f"{name!r} is not one of the functions of this task")
+    if any(isinstance(arg, ast.Starred) for arg in call.args):
+        raise ValueError(f"{name}: * arguments are not accepted; write param_name=value")
+    if any(keyword.arg is None for keyword in call.keywords):
+        raise ValueError(f"{name}: ** arguments are not accepted; write param_name=value")
+    keys = [keyword.arg for keyword in call.keywords]
     if call.args:
-        raise ValueError(f"{name}: positional arguments are not accepted; write param_name=value")
-    kwargs = {}
-    for keyword in call.keywords:
-        if keyword.arg is None:
-            raise ValueError(f"{name}: ** arguments are not accepted; write param_name=value")
-        try:
-            kwargs[keyword.arg] = _value(keyword.value)
-        except ValueError as error:
-            raise ValueError(f"{name}: argument {keyword.arg}: {error}") from None
-        limit = ARGUMENT_LIMITS.get((name, keyword.arg))
-        value = kwargs[keyword.arg]
-        if limit is not None and isinstance(value, int | float) and abs(value) > limit:
-            raise ValueError(f"{name}: argument {keyword.arg} must be at most {limit} in magnitude")
-    return name, kwargs
+        signature = function_signatures().get(name)
+        if signature is None:
+            raise ValueError(f"{name}: positional arguments are not accepted; write param_name=value")
+        keys = _positional_names(name, signature, len(call.args), keys) + keys
+    nodes = [*call.args, *(keyword.value for keyword in call.keywords)]
+    return name, {key: _argument(name, key, node) for key, node in zip(keys, nodes, strict=True)}
 
 
 def decode_action(action: str, allowed: Collection[str]) -> DecodedAction:

@@ -38,6 +38,7 @@ checker against that ground truth. Their ids are `<category>_<name>`, as BFCL's 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 
@@ -217,6 +218,17 @@ class BfclEnv(Environment):
     def _cap(self, text: str) -> str:
         limit = self.max_observation_chars
         return text if limit is None or len(text) <= limit else text[:limit] + " ... (truncated)"
+
+    def state_key(self) -> str:
+        """The backends' state as BFCL's state checker reads it, with the user turn the episode is in and
+        whether this turn has written a call yet (the irrelevance check reads it). The outputs the agent has
+        seen, which BFCL's response check also reads, are not part of it."""
+        if self._task is None:
+            raise RuntimeError("bfcl: state_key() before reset()")
+        if self._done:
+            return json.dumps(["done", self._verdict.reward if self._verdict else None])
+        instances = backend.execute(self._task, [], self._model_name)[1]
+        return json.dumps([self._turn, self._acted, backend.state_key(instances)])
 
     def episode_metrics(self) -> dict:
         """The episode's turn accuracy: the fraction of its turns that pass BFCL's per-turn checks (turns

@@ -1,23 +1,18 @@
 """Expert demonstrations from BFCL's ground truth (its possible answer for each turn).
 
-A turn whose answer has calls is one step making all of them (in the answer's order, keyword arguments:
-the few positional arguments of BFCL's answers are named from the backend method's signature), then `[]`;
-a turn whose answer is no call (miss_func before the function is added, miss_param's incomplete requests,
-three base requests nothing can serve) is `[]` alone. Thoughts are templated. The environment replays them
-through the real backends, so the observations are the real outputs, and keeps those BFCL's checker
-scores 1.0.
+A turn whose answer has calls is one step making all of them (in the answer's order, as `calls` rewrites
+them: every argument named, BFCL's few positional ones included), then `[]`; a turn whose answer is no call
+(miss_func before the function is added, miss_param's incomplete requests, three base requests nothing can
+serve) is `[]` alone. Thoughts are templated. The environment replays them through the real backends, so
+the observations are the real outputs, and keeps those BFCL's checker scores 1.0.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
-import importlib
-import inspect
-
 from coevo_jax.envs.base import ExpertStep
-from coevo_jax.envs.bfcl.calls import call_source
-from coevo_jax.envs.bfcl.data import BfclTask, bfcl_module
+from coevo_jax.envs.bfcl.backend import function_signatures
+from coevo_jax.envs.bfcl.calls import call_kwargs, call_source, parse_call_list
+from coevo_jax.envs.bfcl.data import BfclTask
 
 END_TURN = ExpertStep("That completes the request, so I end my turn.", "[]")
 NO_CALL = ExpertStep(
@@ -25,30 +20,12 @@ NO_CALL = ExpertStep(
 )
 
 
-@functools.cache
-def _methods() -> dict[str, inspect.Signature]:
-    """Every backend function's signature without `self`, by name (the names are unique across classes)."""
-    paths = bfcl_module("constants.executable_backend_config").CLASS_FILE_PATH_MAPPING
-    signatures = {}
-    for class_name, module_name in paths.items():
-        if class_name.startswith(("MemoryAPI", "WebSearchAPI")):
-            continue  # not multi-turn backends
-        cls = getattr(importlib.import_module(module_name), class_name)
-        for name, method in inspect.getmembers(cls, inspect.isfunction):
-            if not name.startswith("_"):
-                signatures[name] = inspect.signature(functools.partial(method, None))
-    return signatures
-
-
 def keyword_call(call_text: str) -> str:
-    """A ground-truth call as `calls.call_source` writes it, positional arguments named."""
-    call = ast.parse(call_text, mode="eval").body
-    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
-        raise ValueError(f"bfcl: ground-truth call {call_text!r} is not a plain function call")
-    args = [ast.literal_eval(arg) for arg in call.args]
-    kwargs = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
-    bound = _methods()[call.func.id].bind(*args, **kwargs)
-    return call_source(call.func.id, dict(bound.arguments))
+    """One ground-truth call of any backend function as `calls` rewrites it (every argument named)."""
+    calls = parse_call_list(call_text)
+    if len(calls) != 1:
+        raise ValueError(f"bfcl: ground-truth call {call_text!r} is not one function call")
+    return call_source(*call_kwargs(calls[0], function_signatures()))
 
 
 def _thought(calls: list[str]) -> str:
