@@ -82,7 +82,7 @@ def test_bfcls_checker_scores_every_expert_of_every_task_one(category):
             assert trajectory.messages[-1].content.endswith("Action: []")
     task_id = kept["test"][-1].task_id
     play(environment, task_id, expert_actions(environment, task_id))
-    assert environment.episode_metrics() == {"turn_accuracy": 1.0}
+    assert environment.episode_metrics() == {"turn_accuracy": 1.0, "graded_score": 1.0}
     environment.close()
 
 
@@ -471,7 +471,8 @@ def test_the_rollout_loop_keeps_each_episodes_turn_accuracy(env, tmp_path):
     accuracy = [t.extra["metrics"]["turn_accuracy"] for t in trajectories]
     turns = env.task(task_ids[1]).num_turns
     assert [t.reward for t in trajectories] == [1.0, 0.0, 1.0] and accuracy == [1.0, (turns - 1) / turns, 1.0]
-    assert rollouts.summarize(trajectories)["metrics"] == {"turn_accuracy": pytest.approx(sum(accuracy) / 3)}
+    mean = pytest.approx(sum(accuracy) / 3)
+    assert rollouts.summarize(trajectories)["metrics"] == {"turn_accuracy": mean, "graded_score": mean}
     cut, _ = run_rollouts(
         lambda: BfclEnv(),
         ScriptedActor(reply, num_slots=2),
@@ -536,7 +537,7 @@ def test_the_main_job_plays_bfcl_with_a_tiny_policy(tmp_path):
     (path,) = tmp_path.rglob("sft_target_test.jsonl")
     (trajectory,) = read_trajectories(path)
     assert trajectory.task_id == "multi_turn_base_3" and len(trajectory.messages) > 3  # it played steps
-    assert trajectory.extra["metrics"] == {"turn_accuracy": 0.0}
+    assert trajectory.extra["metrics"] == {"turn_accuracy": 0.0, "graded_score": 0.0}
 
 
 def test_episodes_do_not_share_a_backend_method_s_default_list():

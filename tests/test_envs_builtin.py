@@ -160,14 +160,34 @@ def test_invalid_actions_get_feedback_and_leave_the_score(env):
     ]:
         observation, score, done, info = env.step(action)
         assert (observation, score, done, info["valid"]) == (feedback, score_before, False, False)
-    assert env.episode_metrics() == {"invalid_actions": 4.0}  # the expert's two steps were valid
+    metrics = env.episode_metrics()  # the expert's two steps were valid
+    assert metrics["invalid_actions"] == 4.0 and score_before <= metrics["graded_score"] < 1.0
     env.step("go to kitchen")
     env.step("activate stove")
     assert env.step("activate stove")[0] == "The stove is already on."
     assert env.step("pick up stove")[0] == "The stove cannot be picked up."
     assert env.step("mix stove")[0] == "You can only mix things in the bowl."
     env.reset(task_id)
-    assert env.episode_metrics() == {"invalid_actions": 0.0}
+    assert env.episode_metrics()["invalid_actions"] == 0.0
+
+
+def test_the_graded_score_counts_the_conditions_of_subgoals_not_yet_reached(env):
+    """Sub-goal progress: a reached subgoal counts 1, an unreached one the most of its conditions that held at
+    once; equal rewards (subgoals reached), different grades. Complete: 1.0."""
+    found = 0
+    for task_id in env.tasks("train")[:60]:
+        task, steps = env.task(task_id), env.expert_steps(task_id)
+        if len(task.subgoals[-1]) < 2:
+            continue
+        _, scores = play(env, task_id, [s.action for s in steps])
+        assert scores[-1] == 1.0 and env.episode_metrics()["graded_score"] == 1.0
+        for cut in range(len(steps)):
+            _, scores = play(env, task_id, [s.action for s in steps[:cut]])
+            reward = scores[-1] if scores else 0.0
+            grade = env.episode_metrics()["graded_score"]
+            assert reward <= grade < 1.0
+            found += grade > reward
+    assert found > 0  # some cut episodes hold part of a subgoal they have not reached
 
 
 def test_stepping_outside_an_episode_raises():

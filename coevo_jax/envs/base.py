@@ -29,6 +29,9 @@ from coevo_jax.data.records import ASSISTANT, ETO_ACK, USER, Message, Trajectory
 from coevo_jax.react import OBSERVATION_PREFIX, format_observation, format_reply
 
 StepResult = tuple[str, float, bool, dict]
+# The `episode_metrics` entry that grades an episode more finely than its reward (in [0, 1], higher is closer
+# to success): what ranks the failures of a GRPO group whose rewards are all equal (`grpo.dead_groups`).
+GRADED_SCORE = "graded_score"
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class Environment(abc.ABC):
     def episode_metrics(self) -> dict[str, float]:
         """Measures of the episode just played besides its reward (BFCL's turn accuracy), asked once it has
         ended, for whatever reason; the rollout loop keeps them in the trajectory's `extra["metrics"]`.
+        `GRADED_SCORE`, where an environment has one, grades the episode more finely than its reward.
         The default has none."""
         return {}
 

@@ -161,6 +161,12 @@ class GRPOConfig:
     advantage: str = "episode"
     step_weight: float = 1.0
     gamma: float = 0.95
+    # "pairs": a group whose episodes all failed with one reward also trains, in the same step, by eq. 9's
+    # failure-pair term on its failures ranked by the environment's graded score (`experiment.dead_groups`),
+    # at most `dead_group_max_pairs` pairs a group, DPO beta `dead_group_beta`
+    dead_groups: str = "none"
+    dead_group_max_pairs: int = 4
+    dead_group_beta: float = 0.1
 
     def __post_init__(self):
         if self.samples_per_task < 2:
@@ -177,6 +183,10 @@ class GRPOConfig:
             raise ValueError(f"grpo: temperature must be > 0 and beta >= 0: {self}")
         if self.advantage not in ("episode", "gigpo"):
             raise ValueError(f"grpo.advantage {self.advantage!r}: episode or gigpo")
+        if self.dead_groups not in ("none", "pairs"):
+            raise ValueError(f"grpo.dead_groups {self.dead_groups!r}: none or pairs")
+        if self.dead_group_max_pairs < 1 or self.dead_group_beta <= 0:
+            raise ValueError(f"grpo: dead_group_max_pairs must be >= 1 and dead_group_beta > 0: {self}")
         if not 0.0 <= self.gamma <= 1.0 or self.step_weight < 0:
             raise ValueError(f"grpo: gamma must be in [0, 1] and step_weight >= 0: {self}")
 

@@ -8,7 +8,7 @@ A GRPO step (CoEvolve eq. 1, settings in `config.GRPOConfig`):
 3. computes each task's group-relative advantages (`losses.group_advantages`) over its usable episodes
    (episodes that ended in an environment error or at the context limit are left out), logs the fraction
    of groups whose rewards are all equal (no signal) and, with `drop_equal_groups`, drops them; with
-   `advantage="gigpo"` each reply also gets its step-level advantage (`step_advantages`), and the step logs
+   `advantage="gigpo"` each reply also gets its step-level advantage (`experiment.gigpo`), and the step logs
    how many episodes carried any signal;
 4. trains on the episodes' recorded ids (`grpo_rows.sampled_sequence`, never re-tokenised): length-bucketed
    batches of `batch_size` episodes, each scored once by the reference (the SFT policy; skipped when
@@ -42,7 +42,7 @@ from coevo_jax.data.batching import plan_batches
 from coevo_jax.data.grpo_rows import collate_grpo, sampled_sequence
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
-from coevo_jax.experiment import processes, rollouts
+from coevo_jax.experiment import dead_groups, gigpo, processes, rollouts
 from coevo_jax.experiment.config import GRPOConfig
 from coevo_jax.experiment.phases import _buckets, _place
 from coevo_jax.experiment.policy import PolicySetup
@@ -50,6 +50,7 @@ from coevo_jax.experiment.store import RunStore, read_json, write_json_atomic
 from coevo_jax.models import combine_trainable, partition_trainable
 from coevo_jax.train import OptimizerConfig, StepKind, abstract_state, phase_scalars, train_state_from_params
 
+DEAD_PAIR_METRICS = ("loss", "reward_accuracy", "reward_margin", "grad_norm")
 LOGGED_UPDATE_METRICS = ("loss", "ratio", "kl", "pg_loss", "clip_fraction", "grad_norm", "learning_rate")
 
 
@@ -126,45 +127,6 @@ class GroupStats:
         return {**dataclasses.asdict(self), "equal_reward_fraction": self.equal_reward_fraction}
 
 
-def _padded(n: int) -> int:
-    """`n` rounded up to a power of two, so that the step functions compile for few shapes."""
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def step_advantages(episodes: Sequence[Trajectory], cfg: GRPOConfig) -> list[np.ndarray]:
-    """GiGPO's step-level advantage of each reply of each episode (one array per episode, one value a reply).
-
-    A reply's value is the discounted return (`cfg.gamma`) of the rewards from it on (a step's reward is the
-    rise of the environment's score, `extra["step_scores"]`); replies of one task's episodes written in the
-    same state (`extra["step_states"]`) form a group, and each value is normalised within its group
-    (`losses.step_group_advantages`, `cfg.advantage_scale`)."""
-    scores = []
-    for episode in episodes:
-        if "step_scores" not in episode.extra or "step_states" not in episode.extra:
-            raise ValueError(f"{episode.traj_id}: no per-step scores and states (rolled out by older code)")
-        scores.append(np.asarray(episode.extra["step_scores"], np.float32))
-    rows, width = _padded(len(episodes)), _padded(max(len(s) for s in scores))
-    rewards, mask = np.zeros((rows, width), np.float32), np.zeros((rows, width), bool)
-    for row, row_scores in enumerate(scores):
-        rewards[row, : len(row_scores)] = np.diff(row_scores, prepend=np.float32(0.0))
-        mask[row, : len(row_scores)] = True
-    returns = np.asarray(losses.discounted_returns(rewards, mask, cfg.gamma))
-    groups: dict[tuple[str, str], int] = {}
-    ids = [
-        groups.setdefault((episode.task_id, state), len(groups))
-        for episode in episodes
-        for state in episode.extra["step_states"]
-    ]
-    size = _padded(len(ids))
-    values = np.zeros(size, np.float32)
-    values[: len(ids)] = returns[mask]
-    group_ids = np.arange(size, dtype=np.int32)  # the padding: groups of one, advantage 0
-    group_ids[: len(ids)] = ids
-    advantages = np.asarray(losses.step_group_advantages(values, group_ids, scale=cfg.advantage_scale))
-    bounds = np.cumsum([0] + [len(s) for s in scores])
-    return [advantages[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
-
-
 def grpo_examples(
     trajectories: Sequence[Trajectory], cfg: GRPOConfig, max_length: int
 ) -> tuple[list, GroupStats]:
@@ -186,7 +148,7 @@ def grpo_examples(
         advantages = np.asarray(losses.group_advantages(rewards, scale=cfg.advantage_scale))[0]
         trained += zip(members, advantages.tolist(), strict=True)
     if cfg.advantage == "gigpo" and trained:
-        steps = step_advantages([t for t, _ in trained], cfg)
+        steps = gigpo.step_advantages([t for t, _ in trained], cfg)
         advantages = [a + cfg.step_weight * s for (_, a), s in zip(trained, steps, strict=True)]
     else:
         advantages = [a for _, a in trained]
@@ -335,12 +297,38 @@ def _one_step(setup, store, steps, state, frozen, reference, run: GrpoRun, step,
     summary = rollouts.summarize(trajectories)
     record = {"step": step + 1, "reward": summary["avg_reward"], "success_rate": summary["success_rate"]}
     record.update(stats.to_dict(), updates=0)
+    dead = None
+    if grpo.dead_groups == "pairs":
+        usable = [t for t in trajectories if rollouts.is_usable(t)]
+        dead = dead_groups.dead_group_pairs(
+            dead_groups.task_groups(usable), max_pairs=grpo.dead_group_max_pairs
+        )
+        record.update(dead.stats(), dead_pair_updates=0)
+        if dead.pairs and reference is None:  # no KL reference: the policy as this step sampled it
+            reference = jax.tree.map(jnp.copy, combine_trainable(state.params, frozen))
     if examples:
         state, first, last, updates = _train_on(
             setup, steps, state, frozen, reference, examples, seed * 1000 + step
         )
         record.update(updates=updates, first_ratio=first["ratio"], first_abs_log_ratio=first["abs_log_ratio"])
         record.update({k: last[k] for k in LOGGED_UPDATE_METRICS})
+    if dead is not None and dead.pairs:
+        scalars = phase_scalars(_optimizer(grpo), beta=grpo.dead_group_beta)
+        state, last, updates = dead_groups.train_pairs(
+            setup,
+            steps,
+            state,
+            frozen,
+            reference,
+            dead.pairs,
+            scalars,
+            buckets=_buckets(setup),
+            place=lambda batch: _place(setup, batch),
+            seed=seed * 1000 + step,
+        )
+        record["dead_pair_updates"] = updates
+        if last is not None:
+            record.update({f"dead_pair_{k}": v for k, v in last.items() if k in DEAD_PAIR_METRICS})
     return state, record
 
 
@@ -363,6 +351,9 @@ def _summary(grpo: GRPOConfig, history: list[dict]) -> dict:
         "learning_rate": grpo.learning_rate,
         "beta": grpo.beta,
     }
+    if grpo.dead_groups == "pairs":
+        for key in ("dead_groups", "dead_group_pairs", "dead_pair_updates"):
+            summary[key] = sum(record.get(key, 0) for record in history)
     trained = [record for record in history if record["updates"]]
     if trained:
         summary.update({f"final_{k}": trained[-1][k] for k in LOGGED_UPDATE_METRICS})

@@ -44,6 +44,7 @@ from collections.abc import Iterable
 
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import (
+    GRADED_SCORE,
     Environment,
     StepResult,
     TaskSpec,
@@ -232,11 +233,11 @@ class BfclEnv(Environment):
 
     def episode_metrics(self) -> dict:
         """The episode's turn accuracy: the fraction of its turns that pass BFCL's per-turn checks (turns
-        not finished, as in an episode the rollout loop cut short, fail)."""
+        not finished, as in an episode the rollout loop cut short, fail); also its `GRADED_SCORE`."""
         if self._task is None:
             return {}
         verdict = self._verdict or self._check()
-        return {"turn_accuracy": verdict.turn_accuracy}
+        return {"turn_accuracy": verdict.turn_accuracy, GRADED_SCORE: verdict.turn_accuracy}
 
     def _end_backends(self) -> None:
         if self._model_name:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import (
+    GRADED_SCORE,
     Environment,
     ExpertStep,
     StepResult,
@@ -122,6 +123,7 @@ class BuiltinEnv(Environment):
         self._task = self.task(check_task_id("builtin", task_id))
         self._world = self._task.start.copy()
         self._reached = [False] * len(self._task.subgoals)
+        self._closest = [0.0] * len(self._task.subgoals)  # most of each subgoal's conditions held at once
         self._invalid = 0
         self._done = False
         return self._task.text
@@ -134,7 +136,9 @@ class BuiltinEnv(Environment):
         observation, valid = self._world.step(action)
         self._invalid += not valid
         for index, subgoal in enumerate(self._task.subgoals):
-            self._reached[index] = self._reached[index] or all(holds(self._world, c) for c in subgoal)
+            held = sum(holds(self._world, c) for c in subgoal) / len(subgoal)
+            self._closest[index] = max(self._closest[index], held)
+            self._reached[index] = self._reached[index] or held == 1.0
         self._done = all(self._reached)
         info = {"valid": valid, "subgoals_reached": sum(self._reached), "subgoals": len(self._reached)}
         return observation, self.score, self._done, info
@@ -153,8 +157,13 @@ class BuiltinEnv(Environment):
 
     def episode_metrics(self) -> dict[str, float]:
         """The episode's actions the world refused (a well-formed action it cannot do: wrong room, object not
-        here), a symptom of a policy drifting off what the experts taught."""
-        return {"invalid_actions": float(self._invalid)} if self._task is not None else {}
+        here), a symptom of a policy drifting off what the experts taught; and its sub-goal progress
+        (`GRADED_SCORE`): per subgoal 1 when reached, else the largest share of its conditions that held at
+        once, averaged; it separates failures whose reward (subgoals reached) is the same."""
+        if self._task is None:
+            return {}
+        progress = sum(self._closest) / len(self._closest)
+        return {"invalid_actions": float(self._invalid), GRADED_SCORE: 1.0 if self._done else progress}
 
     def admissible_actions(self) -> list[str]:
         """The actions the current state accepts, sorted (for random baselines and debugging)."""
