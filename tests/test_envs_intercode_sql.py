@@ -1,6 +1,8 @@
-"""InterCode-SQL on SQLite: the environment, InterCode's recorded runs replayed in it, the experts, the rollout loop.
+"""InterCode-SQL: the environment, InterCode's recorded runs replayed in it, the experts, the rollout loop.
 
-The parts below the environment are tested in `test_envs_intercode_sql_db.py` and `test_envs_intercode_sql_reward.py`.
+Tests taking a `backend` run on SQLite and on the MariaDB server (`mariadb_fixtures`: skipped without a server,
+except under CI). The parts below the environment are tested in `test_envs_intercode_sql_db.py`,
+`test_envs_intercode_sql_reward.py` and `test_envs_intercode_sql_server.py`.
 """
 
 import collections
@@ -10,8 +12,10 @@ import json
 import random
 import re
 import time
+from pathlib import Path
 
 import pytest
+from mariadb_fixtures import BACKENDS, require_backend, table_checksums
 from rollout_fixtures import smollm2_actor
 
 from coevo_jax.envs import make
@@ -28,6 +32,7 @@ from coevo_jax.envs.intercode_sql.experts import (
 )
 from coevo_jax.envs.intercode_sql.sandbox import TruncatedRows
 from coevo_jax.envs.intercode_sql.statements import (
+    SYSTEM_SCHEMAS,
     like_match,
     mysql_error_message,
     normalize_action,
@@ -40,6 +45,15 @@ from coevo_jax.rollout import RolloutConfig, ScriptedActor, run_rollouts
 @pytest.fixture(scope="module")
 def env(cache):
     environment = InterCodeSqlEnv(cache_root=cache)
+    yield environment
+    environment.close()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend_env(request, cache):
+    """The environment on each backend in turn."""
+    require_backend(request.param)
+    environment = InterCodeSqlEnv(cache_root=cache, backend=request.param)
     yield environment
     environment.close()
 
@@ -100,7 +114,8 @@ def test_splits_are_by_database_and_cover_every_task(env):
         env.tasks("dev")
 
 
-def test_an_episode_is_scored_like_intercode(env):
+def test_an_episode_is_scored_like_intercode(backend_env):
+    env = backend_env
     text = env.reset("0")
     assert text.startswith("Database: poker_player\nQuestion: What are the names of poker players")
     assert env.max_steps("0") == MAX_STEPS
@@ -186,72 +201,187 @@ def test_render_output_builds_only_what_it_shows():
 
 
 _DEADLINE_S = 1.0
-_HOSTILE_ACTIONS = {  # action -> what the observation must contain
-    "SHOW TABLES LIKE '" + "%" * 12 + "z'": "[]",
-    "SHOW TABLES LIKE '" + "%" * 5000 + "z'": "[]",
-    "SHOW TABLES LIKE '" + "%_" * 40 + "%r'": "[]",
-    "SHOW TABLES LIKE '" + "%p" * 2 + "%'": "[('people',), ('poker_player',)]",
-    "SELECT 1 WHERE '" + "a" * 5000 + "!' REGEXP '^(a+)+$'": "[]",
-    "SELECT 1 WHERE '" + "a" * 5000 + "!' REGEXP '^(a|aa)+$'": "maximum statement execution time exceeded",
-    "SELECT 1 WHERE '" + "a" * 40 + "!' REGEXP '^(a|a)*$'": "maximum statement execution time exceeded",
-    "SELECT Name FROM people WHERE '" + "x" * 3000 + "' REGEXP '(x+x+)+y'": "maximum statement execution",
-    "SELECT printf('%.*c', 2147483647, 'x')": "Error executing query: FUNCTION printf does not exist",
-    "SELECT PRINTF('%.*f', 2147483647, 1.0)": "Error executing query: FUNCTION printf does not exist",
-    "SELECT format('%.*c', 2147483647, 'x')": "[('0.000000000000000000000000000000',)]",
-    "```sql" + "\n" * 8000: "Error executing query",
-    "```" + "\n" * 8000 + "SELECT 1": "Error executing query",
+_TIMED_OUT = (
+    "Error executing query: Query execution was interrupted, maximum statement execution time exceeded"
+)
+_CUT_AT_2_ROWS = "(truncated: the result is larger than 1000000 bytes; only its first 2 rows were fetched)"
+_CUT = "(truncated: the result is larger than 1000000 bytes"
+_HOSTILE_ACTIONS = {  # action -> what the observation must contain, on (sqlite, mariadb)
+    "SHOW TABLES LIKE '" + "%" * 12 + "z'": ("[]", "[]"),
+    "SHOW TABLES LIKE '" + "%" * 5000 + "z'": ("[]", "[]"),
+    "SHOW TABLES LIKE '" + "%_" * 40 + "%r'": ("[]", "[]"),
+    "SHOW TABLES LIKE '" + "%p" * 2 + "%'": ("[('people',), ('poker_player',)]",) * 2,
+    "SELECT 1 WHERE '" + "a" * 5000 + "!' REGEXP '^(a+)+$'": ("[]", "[]"),
+    # MariaDB's PCRE gives up on catastrophic backtracking by itself (no match)
+    "SELECT 1 WHERE '" + "a" * 5000 + "!' REGEXP '^(a|aa)+$'": (_TIMED_OUT, "[]"),
+    "SELECT 1 WHERE '" + "a" * 40 + "!' REGEXP '^(a|a)*$'": (_TIMED_OUT, "[]"),
+    "SELECT Name FROM people WHERE '" + "x" * 3000 + "' REGEXP '(x+x+)+y'": (_TIMED_OUT, "[]"),
+    "SELECT printf('%.*c', 2147483647, 'x')": (
+        "Error executing query: FUNCTION printf does not exist",
+        "Error executing query: FUNCTION poker_player.printf does not exist",
+    ),
+    "SELECT PRINTF('%.*f', 2147483647, 1.0)": (
+        "Error executing query: FUNCTION printf does not exist",
+        "Error executing query: FUNCTION poker_player.PRINTF does not exist",
+    ),
+    "SELECT format('%.*c', 2147483647, 'x')": ("[('0." + "0" * 30 + "',)]", "[('0." + "0" * 38 + "',)]"),
+    "```sql" + "\n" * 8000: ("Error executing query",) * 2,
+    "```" + "\n" * 8000 + "SELECT 1": ("Error executing query",) * 2,
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 250) SELECT zeroblob(999000) FROM c": (
-        "(truncated: the result is larger than 1000000 bytes; only its first 2 rows were fetched)"
+        _CUT_AT_2_ROWS,
+        "FUNCTION poker_player.zeroblob does not exist",
+    ),
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 250) SELECT REPEAT('x', 999000) FROM c": (
+        "no such function: REPEAT",
+        _CUT_AT_2_ROWS,
     ),
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400) SELECT randomblob(999000) FROM c": (
-        "(truncated: the result is larger than 1000000 bytes"
+        _CUT,
+        "FUNCTION poker_player.randomblob does not exist",
     ),
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400) "
-    "SELECT replace(hex(zeroblob(499000)), '0', 'x') FROM c": "(truncated: the result is larger than 1000000 bytes",
+    "SELECT replace(hex(zeroblob(499000)), '0', 'x') FROM c": (
+        _CUT,
+        "FUNCTION poker_player.zeroblob does not exist",
+    ),
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000) "
-    "SELECT hex(randomblob(400000)) AS h FROM c ORDER BY h COLLATE MYSQL_CI": "maximum statement execution time",
-    "SELECT 1 WHERE '" + "a" * 3000 + "' LIKE '" + "%a" * 200 + "%b'": "[]",
+    "SELECT hex(randomblob(400000)) AS h FROM c ORDER BY h COLLATE MYSQL_CI": (
+        "maximum statement execution time",
+        "Unknown collation: 'MYSQL_CI'",
+    ),
+    "SELECT 1 WHERE '" + "a" * 3000 + "' LIKE '" + "%a" * 200 + "%b'": ("[]", "[]"),
+    # MariaDB ends a recursive CTE after 1,000 iterations (max_recursive_iterations)
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c": (
+        _TIMED_OUT,
+        "[(1001,)]",
+    ),
+    "SELECT SLEEP(10)": ("no such function: SLEEP", _TIMED_OUT),
+    "KILL CONNECTION_ID()": ("You have an error in your SQL syntax", "Lost connection to the server"),
+    "SELECT REPEAT('x', 100000000)": ("no such function: REPEAT", "[(None,)]"),  # over max_allowed_packet
+    "SELECT * FROM people a, people b, people c, people d, people e, people f": (_CUT, _CUT),  # 117,649 rows
+    "SELECT count(*) FROM people a, people b, people c, people d, people e, people f, people g, people h, "
+    "people i": ("[(40353607,)]", _TIMED_OUT),
 }
 
 
+def _unchanged_data(env, cache, databases=("poker_player",)):
+    """What a statement must not change: the SQLite files' bytes, or the server's table checksums."""
+    if env.backend == "sqlite":
+        db_dir = build_databases(root=cache)
+        return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in db_dir.glob("*.sqlite")}
+    return table_checksums(env, databases)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("action", list(_HOSTILE_ACTIONS), ids=lambda a: a[:40])
-def test_hostile_actions_are_answered_within_the_deadline(cache, action):
-    """Each once took from seconds to minutes or gigabytes (issue 24); the files stay unchanged."""
-    db_dir = build_databases(root=cache)
-    before = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in db_dir.glob("*.sqlite")}
-    environment = InterCodeSqlEnv(cache_root=cache, query_timeout_s=_DEADLINE_S)
+def test_hostile_actions_are_answered_within_the_deadline(cache, backend, action):
+    """Each once took from seconds to minutes or gigabytes (issue 24); the data stay unchanged."""
+    require_backend(backend)
+    environment = InterCodeSqlEnv(cache_root=cache, query_timeout_s=_DEADLINE_S, backend=backend)
+    before = _unchanged_data(environment, cache)
     environment.reset("0")
     start = time.monotonic()
     observation, score, done, _ = environment.step(action)
     elapsed = time.monotonic() - start
     assert elapsed < _DEADLINE_S + 1.5, f"{elapsed:.1f} s"
-    assert _HOSTILE_ACTIONS[action] in observation and len(observation) < 9_000_000
+    expected = _HOSTILE_ACTIONS[action][BACKENDS.index(backend)]
+    assert expected in observation and len(observation) < 9_000_000, observation[:300]
     assert (score, done) == (0.0, False)
     answer = "SELECT T1.Name FROM people AS T1 JOIN poker_player AS T2 ON T1.People_ID = T2.People_ID"
     assert environment.step(answer + " ORDER BY T2.Final_Table_Made")[1] == 1.0  # still usable
+    assert _unchanged_data(environment, cache) == before
     environment.close()
-    assert {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in db_dir.glob("*.sqlite")
-    } == before
 
 
-def test_registry_builds_it():
-    environment = make("intercode_sql")
+_WRITES = (
+    "DELETE FROM people",
+    "UPDATE people SET Name = 'x'",
+    "INSERT INTO people (Name) VALUES ('x')",
+    "REPLACE INTO people (People_ID, Name) VALUES (1, 'x')",
+    "DROP TABLE people",
+    "TRUNCATE TABLE people",
+    "ALTER TABLE people ADD COLUMN x INT",
+    "CREATE TABLE t (x INT)",
+    "CREATE TEMPORARY TABLE t (x INT)",
+    "CREATE VIEW v AS SELECT 1",
+    "CREATE INDEX i ON people (Name(10))",
+    "RENAME TABLE people TO p2",
+    "CREATE DATABASE evil",
+    "DROP DATABASE poker_player",
+    "SELECT * FROM people INTO OUTFILE '/tmp/coevo_intercode_out.txt'",
+    "LOAD DATA INFILE '/etc/passwd' INTO TABLE people",
+    "GRANT ALL ON *.* TO 'coevo_reader'@'localhost'",
+    "SET PASSWORD = PASSWORD('x')",
+    "CREATE USER 'evil'@'localhost'",
+    "CREATE PROCEDURE p() SELECT 1",
+    "CREATE TRIGGER tr BEFORE INSERT ON people FOR EACH ROW SET NEW.Name = 'x'",
+    "LOCK TABLES people WRITE",
+    "ANALYZE TABLE people",
+    "OPTIMIZE TABLE people",
+    "FLUSH TABLES",
+    "SET GLOBAL read_only = 0",
+    "SHUTDOWN",
+    "PREPARE s FROM 'DELETE FROM people'",
+    "EXECUTE s",
+    "SELECT 1; DELETE FROM people",
+    "ATTACH '/tmp/coevo_intercode_other.db' AS other",
+    "PRAGMA query_only = OFF",
+    "VACUUM INTO '/tmp/coevo_intercode_copy.db'",
+)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_write_succeeds(cache, backend):
+    """InterCode's server let GPT-4 ALTER its tables; here every kind of write is refused and nothing changes."""
+    require_backend(backend)
+    environment = InterCodeSqlEnv(cache_root=cache, backend=backend)
+    databases = [name for (name,) in environment.run("poker_player", "SHOW DATABASES")]
+    databases = [name for name in databases if name not in SYSTEM_SCHEMAS]
+    assert len(databases) == 20
+    before = _unchanged_data(environment, cache, databases)
+    environment.reset("0")
+    for statement in _WRITES:
+        assert environment.step(statement)[0].startswith("Error executing query"), statement
+    assert environment.step("SELECT count(*) FROM people")[0] == "[(7,)]"
+    assert _unchanged_data(environment, cache, databases) == before
+    for leftover in ("/tmp/coevo_intercode_out.txt", "/tmp/coevo_intercode_copy.db"):
+        assert not Path(leftover).exists()
+    environment.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_registry_builds_it(backend):
+    require_backend(backend)
+    kwargs = {} if backend == "sqlite" else {"backend": "mariadb"}  # the server found where it is by default
+    environment = make("intercode_sql", **kwargs)
     assert environment.name == "intercode_sql" and len(environment.tasks("train")) == 661
+    environment.reset("0")
+    assert environment.step("SHOW TABLES")[0] == "[('people',), ('poker_player',)]"
     environment.close()
+    with pytest.raises(ValueError, match="unknown backend 'mysql'"):
+        make("intercode_sql", backend="mysql")
 
 
 # -- InterCode's recorded rewards and the experts ----------------------------------------------------------
-def test_reward_agreement_with_intercodes_recorded_gpt4_rewards(env, episodes):
-    """Every GPT-4 action replayed on SQLite: our score after each turn vs. InterCode's recorded reward."""
-    report = reward_agreement(env, episodes)
+# Measured on SQLite 0.981 / 0.959 / 0.965: the rest are MySQL-vs-SQLite row order, MySQL-only errors
+# (ONLY_FULL_GROUP_BY, scalar subqueries of several rows) and DECIMAL result types. On MariaDB 0.991 / 0.984 /
+# 0.986: row order where MySQL's and MariaDB's plans differ, MySQL-only ONLY_FULL_GROUP_BY errors, GPT-4's
+# ALTER TABLEs that InterCode's server kept (docs/results.md#intercode-sql-reward-agreement).
+_AGREEMENT_FLOORS = {  # turn, final reward, success
+    "sqlite": (0.975, 0.95, 0.96),
+    "mariadb": (0.989, 0.98, 0.982),
+}
+
+
+def test_reward_agreement_with_intercodes_recorded_gpt4_rewards(backend_env, episodes):
+    """Every GPT-4 action replayed: our score after each turn vs. InterCode's recorded reward."""
+    report = reward_agreement(backend_env, episodes)
     summary = report.summary()
     assert summary["episodes"] == 1034 and summary["turns"] == 5834 and summary["harness_turns_skipped"] == 33
-    # Measured 0.981 / 0.959 / 0.965; the rest are MySQL-vs-SQLite row order, MySQL-only errors
-    # (ONLY_FULL_GROUP_BY, scalar subqueries of several rows) and DECIMAL result types.
-    assert summary["turn_agreement"] >= 0.975
-    assert summary["final_reward_agreement"] >= 0.95
-    assert summary["success_agreement"] >= 0.96
+    turn, final, success = _AGREEMENT_FLOORS[backend_env.backend]
+    assert summary["turn_agreement"] >= turn
+    assert summary["final_reward_agreement"] >= final
+    assert summary["success_agreement"] >= success
 
 
 def test_experts_are_gpt4_wins_replayed_to_reward_one(env, episodes):

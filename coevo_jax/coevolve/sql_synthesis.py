@@ -48,6 +48,12 @@ _NUMERIC = (
 )
 
 
+def _type_name(column_type: bytes | str) -> str:
+    """DESCRIBE's Type without its width: MySQL 8 gave bytes (b'int'), MariaDB gives text ('int(11)')."""
+    text = column_type.decode() if isinstance(column_type, bytes) else column_type
+    return text.split("(")[0]
+
+
 class SqlSynthesizer(Synthesizer):
     env_name = "intercode_sql"
 
@@ -91,7 +97,7 @@ class SqlSynthesizer(Synthesizer):
         order += rng.sample([t for t in tables if t not in order], len(tables) - len(order))
         for table in order[:TABLES_DESCRIBED]:
             described = act(f"DESCRIBE {table}") or []
-            schema.tables[table] = [(row[0], row[1].decode().split("(")[0] in _NUMERIC) for row in described]
+            schema.tables[table] = [(row[0], _type_name(row[1]) in _NUMERIC) for row in described]
         columns = [(t, c) for t in schema.tables for c in schema.columns(t)]
         for table, column in rng.sample(columns, min(COLUMNS_SAMPLED, len(columns))):
             rows = act(
@@ -164,7 +170,7 @@ class SqlSynthesizer(Synthesizer):
             return "reference query fails"
         if not rows:
             return "empty result"
-        if env.run(db, gold, reverse_scan=True) != rows:
+        if env.scan_decides_order(db, gold):
             return "row order depends on the scan"
         for task_id in env.tasks("test_seen") + env.tasks("test_unseen"):
             if env.record(task_id)["db"].lower() == db and env.gold_rows(task_id) == rows:

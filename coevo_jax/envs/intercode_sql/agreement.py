@@ -1,10 +1,10 @@
-"""Does our SQLite environment score like InterCode? Its GPT-4 episodes replayed turn by turn (a CLI).
+"""Does our environment score like InterCode? Its GPT-4 episodes replayed turn by turn (a CLI).
 
-    python -m coevo_jax.envs.intercode_sql.agreement [--episodes FILE] [--json OUT]
+    python -m coevo_jax.envs.intercode_sql.agreement [--backend sqlite|mariadb] [--episodes FILE] [--json OUT]
 
-`reward_agreement` replays every recorded action through `InterCodeSqlEnv` and compares our score after each
-turn with the reward InterCode recorded (turns its harness rejected before they reached the database are
-skipped). The CLI prints the agreement summary and, per split, how many expert demonstrations
+`reward_agreement` replays every recorded action through `InterCodeSqlEnv` (on the backend `--backend` names;
+the mariadb one needs `bash launch/mariadb.sh start`) and compares our score after each turn with the reward
+InterCode recorded (turns its harness rejected before they reached the database are skipped). The CLI prints the agreement summary and, per split, how many expert demonstrations
 (`experts.replay_experts`) were kept and dropped; `--json` also writes every disagreement.
 """
 
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from coevo_jax.envs.intercode_sql.env import InterCodeSqlEnv
+from coevo_jax.envs.intercode_sql.env import BACKENDS, InterCodeSqlEnv
 from coevo_jax.envs.intercode_sql.experts import (
     EPISODES_PATH,
     HARNESS_REJECTION,
@@ -43,8 +43,10 @@ class Agreement:
     def summary(self) -> dict:
         return {
             "turns": self.turns,
+            "turns_agreeing": self.turns_agreeing,
             "turn_agreement": self.turns_agreeing / max(self.turns, 1),
             "episodes": self.episodes,
+            "final_agreeing": self.final_agreeing,
             "final_reward_agreement": self.final_agreeing / max(self.episodes, 1),
             "success_agreement": self.success_agreeing / max(self.episodes, 1),
             "harness_turns_skipped": self.harness_turns_skipped,
@@ -75,7 +77,7 @@ def reward_agreement(env: InterCodeSqlEnv, episodes: list[GptEpisode]) -> Agreem
                         "turn": turn,
                         "action": action,
                         "mysql_observation": observation[:300],
-                        "sqlite_observation": text[:300],
+                        "our_observation": text[:300],
                         "intercode_reward": recorded,
                         "our_reward": ours,
                     }
@@ -90,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="InterCode-SQL: reward agreement with InterCode's GPT-4 runs"
     )
+    parser.add_argument("--backend", choices=BACKENDS, default="sqlite")
     parser.add_argument("--episodes", default=str(EPISODES_PATH))
     parser.add_argument("--json", help="write the summary and every disagreement here")
     args = parser.parse_args(argv)
-    env = InterCodeSqlEnv()
+    env = InterCodeSqlEnv(backend=args.backend)
     episodes = load_episodes(args.episodes)
     report = reward_agreement(env, episodes)
     summary = report.summary()

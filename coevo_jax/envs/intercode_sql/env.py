@@ -1,18 +1,20 @@
-"""InterCode-SQL on SQLite: Spider dev questions answered by querying the database, scored on `submit`.
+"""InterCode-SQL: Spider dev questions answered by querying the database, scored on `submit`.
 
-Behaviour follows InterCode's `SqlEnv` (a MySQL server in Docker) without a server:
-- an action is one SQL statement, or `submit`. `SHOW TABLES`, `SHOW DATABASES`, `DESCRIBE t` / `DESC t` /
-  `SHOW COLUMNS FROM t` and `USE db` are answered as MySQL answers them; everything else runs in SQLite
-  (see `db` for how the databases keep MySQL's names, collation and row order; `statements` for the rest);
+Behaviour follows InterCode's `SqlEnv` (a MySQL 8 server in Docker), on one of two backends:
+- `backend="sqlite"` (the default, embedded, offline): SQLite copies of the databases answer as MySQL does
+  (`sqlite_backend`: SHOW and DESCRIBE from the catalogue, MySQL's collation, functions and messages);
+- `backend="mariadb"`: the project's MariaDB server answers everything (`server`; start it with
+  `bash launch/mariadb.sh start`; `socket` or $COEVO_MARIADB_SOCKET say where it listens).
+On both:
+- an action is one SQL statement, or `submit`; `USE db` switches the episode's database;
 - the observation is `str()` of the result rows, `None` for a statement without rows, or
-  `Error executing query: <message>`, with SQLite's most common messages reworded as MySQL's; a result
-  past the sandbox's size limit is cut and said to be (`render_output`);
+  `Error executing query: <message>`; a result past the size limit is cut and said to be (`render_output`);
 - the score is InterCode's reward (`reward`) of the last statement's output against the gold
   query's, clamped to [0, 1]. `submit` ends the episode with it; every other step reports what submitting
   now would score, as InterCode's recorded multi-turn runs do, so an episode that runs out of steps is
   scored on its last output;
-- the agent's SQL runs in `sandbox` (read-only, time-limited). Writes, which InterCode's
-  server allowed and reset between episodes, are refused here.
+- the agent's SQL runs read-only and time- and size-limited. Writes, which InterCode's server allowed (and
+  never reset), are refused.
 
 Task ids are indices into `ic_spider_dev.json`. Splits are by database (documented in the README):
 `test_unseen` is every task of car_1, dog_kennels and orchestra (214 tasks); of the other 17 databases,
@@ -21,41 +23,29 @@ Expert trajectories are InterCode's GPT-4 episodes that reached reward 1 (`exper
 
 `add_tasks` takes other questions on the same databases (CoEvolve's synthesized tasks): a `TaskSpec` whose
 instruction is the question and whose state names the database and the gold query; they are scored like the
-others. `run` executes a statement on a database outside any episode, optionally with SQLite's
-`reverse_unordered_selects`, which shows whether a result's row order depends on the scan order.
+others. `run` executes a statement on a database outside any episode; `scan_decides_order` says whether a
+query's row order is only the table scan's (checked on the SQLite copies, whatever the backend).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
 
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment, StepResult, TaskSpec, check_task_id, is_new_spec
-from coevo_jax.envs.intercode_sql import mysql
 from coevo_jax.envs.intercode_sql.db import DATA_DIR, DUMP_PATH, build_databases, load_schema
 from coevo_jax.envs.intercode_sql.experts import replay_experts
 from coevo_jax.envs.intercode_sql.reward import intercode_reward
-from coevo_jax.envs.intercode_sql.sandbox import SqlError, SqlSandbox
-from coevo_jax.envs.intercode_sql.statements import (
-    DESCRIBE,
-    SHOW_DATABASES,
-    SHOW_TABLES,
-    SYSTEM_SCHEMAS,
-    USE,
-    like_match,
-    missing_table,
-    mysql_error_message,
-    normalize_action,
-    render_output,
-)
+from coevo_jax.envs.intercode_sql.sqlite_backend import SqliteBackend
+from coevo_jax.envs.intercode_sql.statements import USE, normalize_action, render_output
 
 TASKS_PATH = DATA_DIR / "ic_spider_dev.json"
 UNSEEN_DATABASES = ("car_1", "dog_kennels", "orchestra")
 TEST_SEEN_EVERY = 5
+BACKENDS = ("sqlite", "mariadb")
 MAX_STEPS = 10  # InterCode's multi-turn GPT-4 runs used 10 turns
 
 INSTRUCTION = (
@@ -71,7 +61,7 @@ INSTRUCTION = (
 
 
 class InterCodeSqlEnv(Environment):
-    """InterCode-SQL over the Spider dev databases in SQLite (see the module docstring)."""
+    """InterCode-SQL over the Spider dev databases, on SQLite or a MariaDB server (see the module docstring)."""
 
     name = "intercode_sql"
 
@@ -85,15 +75,30 @@ class InterCodeSqlEnv(Environment):
         max_rows: int = 100_000,
         max_result_bytes: int = 1_000_000,
         max_observation_chars: int | None = None,
+        backend: str = "sqlite",
+        socket: str | Path | None = None,
     ):
+        """`socket` is the mariadb backend's unix socket (default: where launch/mariadb.sh puts it)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"{self.name}: unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
         self.tasks_path = Path(tasks_path)
-        self._db_dir = build_databases(Path(dump_path), Path(cache_root) if cache_root else None)
-        self._schema = load_schema(self._db_dir)
+        # The SQLite copies are built on either backend: their catalogue names the databases, and they
+        # answer `scan_decides_order`.
+        db_dir = build_databases(Path(dump_path), Path(cache_root) if cache_root else None)
+        self._schema = load_schema(db_dir)
         self._records = _load_tasks(self.tasks_path, set(self._schema))
         self.query_timeout_s, self.max_rows = query_timeout_s, max_rows
         self.max_result_bytes = max_result_bytes
         self.max_observation_chars = max_observation_chars
-        self._sandboxes: dict[tuple[str, bool], SqlSandbox] = {}  # (db, reverse scan) -> sandbox
+        limits = dict(timeout_s=query_timeout_s, max_rows=max_rows, max_result_bytes=max_result_bytes)
+        self._sqlite = SqliteBackend(db_dir, self._schema, **limits)
+        if backend == "mariadb":
+            from coevo_jax.envs.intercode_sql.server import MariaDbBackend  # needs PyMySQL
+
+            self._backend = MariaDbBackend(socket, **limits)
+        else:
+            self._backend = self._sqlite
+        self.backend = backend
         self._added: dict[str, TaskSpec] = {}
         self._added_records: dict[str, dict] = {}
         self._gold_rows: dict[str, list] = {}
@@ -168,6 +173,7 @@ class InterCodeSqlEnv(Environment):
         record = self.record(task_id)
         self._task_id, self._db = task_id, record["db"].lower()
         self._last_output, self._done = None, False
+        self._backend.end_session("episode")  # the last episode's session variables end with it
         return f"Database: {record['db']}\nQuestion: {record['query']}"
 
     def step(self, action: str) -> StepResult:
@@ -194,7 +200,7 @@ class InterCodeSqlEnv(Environment):
         """The gold query's rows; a gold query that fails counts as no rows, as in InterCode."""
         if task_id not in self._gold_rows:
             record = self.record(task_id)
-            rows = self._run(record["db"].lower(), record["gold"], errors_as_text=True)
+            rows = self._backend.answer(record["db"].lower(), record["gold"], session="gold")
             self._gold_rows[task_id] = rows if isinstance(rows, list) else []
         return self._gold_rows[task_id]
 
@@ -207,55 +213,26 @@ class InterCodeSqlEnv(Environment):
                 return f"Error executing query: Unknown database '{db}'"
             self._db = db
             return None
-        return self._answer(self._db, statement)
+        return self._backend.answer(self._db, statement)
 
     def run(self, db: str, sql: str, *, reverse_scan: bool = False) -> list | str | None:
-        """`sql` on database `db` outside any episode, answered as in an episode (MySQL's SHOW and DESCRIBE
-        included; USE changes nothing): rows, None or the error text. `reverse_scan` runs it with SQLite's
-        `reverse_unordered_selects` (tables and indexes scanned backwards where no ORDER BY fixes the order),
-        so a result whose row order is the scan's comes back in another order."""
+        """`sql` on database `db` outside any episode, answered as in an episode (SHOW and DESCRIBE
+        included; USE changes nothing): rows, None or the error text. `reverse_scan` (SQLite backend only)
+        runs it with SQLite's `reverse_unordered_selects` (tables and indexes scanned backwards where no
+        ORDER BY fixes the order), so a result whose row order is the scan's comes back in another order."""
         if db.lower() not in self._schema:
             return f"Error executing query: Unknown database '{db}'"
         statement = normalize_action(sql)
         if USE.match(statement):
             return None
-        return self._answer(db.lower(), statement, reverse_scan=reverse_scan)
+        return self._backend.answer(db.lower(), statement, session="outside", reverse_scan=reverse_scan)
 
-    def _answer(self, db: str, statement: str, *, reverse_scan: bool = False) -> list | str | None:
-        shown = SHOW_TABLES.match(statement)
-        if shown:
-            names = sorted(self._schema[db])
-            if shown.group(1) is not None:
-                names = [n for n in names if like_match(shown.group(1), n)]
-            return [(name,) for name in names]
-        if SHOW_DATABASES.match(statement):
-            return [(name,) for name in sorted((*self._schema, *SYSTEM_SCHEMAS))]
-        described = DESCRIBE.match(statement)
-        if described:
-            table = described.group(1).lower()
-            if table not in self._schema[db]:
-                return f"Error executing query: {missing_table(db, table)}"
-            return [column.describe_row() for column in self._schema[db][table]]
-        return self._run(db, statement, errors_as_text=True, reverse_scan=reverse_scan)
-
-    def _run(
-        self, db: str, sql: str, *, errors_as_text: bool, reverse_scan: bool = False
-    ) -> list | str | None:
-        key = (db, reverse_scan)
-        if key not in self._sandboxes:
-            self._sandboxes[key] = SqlSandbox(
-                self._db_dir / f"{db}.sqlite",
-                timeout_s=self.query_timeout_s,
-                max_rows=self.max_rows,
-                max_result_bytes=self.max_result_bytes,
-                prepare=_reverse_scan_prepare if reverse_scan else mysql.install,
-            )
-        try:
-            return self._sandboxes[key].execute(sql)
-        except SqlError as error:
-            if not errors_as_text:
-                raise
-            return f"Error executing query: {mysql_error_message(str(error), db)}"
+    def scan_decides_order(self, db: str, sql: str) -> bool:
+        """Whether `sql`'s rows come back in another order when SQLite scans tables backwards: its row
+        order is then the storage's, not the query's. Checked on the SQLite copies on either backend."""
+        statement = normalize_action(sql)
+        forward = self._sqlite.answer(db.lower(), statement, session="outside")
+        return self._sqlite.answer(db.lower(), statement, session="outside", reverse_scan=True) != forward
 
     def expert_trajectories(self, split: str, limit: int | None = None) -> list[Trajectory]:
         """The first `limit` of InterCode's GPT-4 wins on `split` that score 1.0 here too (`experts`).
@@ -267,14 +244,8 @@ class InterCodeSqlEnv(Environment):
         return kept[:limit]
 
     def close(self) -> None:
-        for sandbox in self._sandboxes.values():
-            sandbox.close()
-        self._sandboxes.clear()
-
-
-def _reverse_scan_prepare(connection: sqlite3.Connection) -> None:
-    mysql.install(connection)
-    connection.execute("PRAGMA reverse_unordered_selects = ON")
+        self._backend.close()
+        self._sqlite.close()
 
 
 def _load_tasks(path: Path, databases: set[str]) -> list[dict]:

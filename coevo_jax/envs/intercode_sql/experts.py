@@ -116,5 +116,5 @@ def replay_experts(
         if trajectory.reward == 1.0:
             kept.append(trajectory)
         else:
-            dropped[episode.task_id] = f"replay scored {trajectory.reward} on SQLite"
+            dropped[episode.task_id] = f"replay scored {trajectory.reward} here"
     return kept, dropped

@@ -11,7 +11,7 @@ Resources are bounded too, so no statement can stall or exhaust the process that
   interrupts the connection at the same deadline for C code that never reaches the progress handler;
   `time_left()` gives Python functions called from SQL (REGEXP, the collation) the same deadline; `printf`
   is refused (a wide `%.*c` runs for seconds in one C call that neither check reaches);
-- memory: string/blob values are capped at `max_value_bytes`, results over `max_rows` rows are refused, and
+- memory: string/blob values are capped at `maxvalue_bytes`, results over `max_rows` rows are refused, and
   fetching stops once the rows fetched hold `max_result_bytes` (a `TruncatedRows` then says so).
 """
 
@@ -45,7 +45,8 @@ _DENIED_FUNCTIONS = {
 _UNAVAILABLE_FUNCTIONS = {"printf"}
 _PROGRESS_EVERY = 2_000  # SQLite VM instructions between deadline checks
 _VALUE_OVERHEAD = 8  # bytes counted for a number or NULL, and per row, towards `max_result_bytes`
-_TIMEOUT_MESSAGE = "Query execution was interrupted, maximum statement execution time exceeded"
+# MySQL 8's words for a statement past its time limit; the server backend's timeouts read the same.
+TIMEOUT_MESSAGE = "Query execution was interrupted, maximum statement execution time exceeded"
 _statement = threading.local()  # the deadline of the statement running on this thread
 
 
@@ -93,7 +94,8 @@ class _Watchdog:
         self._timer.cancel()
 
 
-def _value_bytes(value: object) -> int:
+def value_bytes(value: object) -> int:
+    """What a fetched value counts towards `max_result_bytes` (the server backend counts alike)."""
     return len(value) if isinstance(value, (str, bytes)) else _VALUE_OVERHEAD
 
 
@@ -106,7 +108,7 @@ class SqlSandbox:
         *,
         timeout_s: float = 5.0,
         max_rows: int = 100_000,
-        max_value_bytes: int = 1_000_000,
+        maxvalue_bytes: int = 1_000_000,
         max_result_bytes: int = 1_000_000,
         prepare: Callable[[sqlite3.Connection], None] | None = None,
     ):
@@ -127,7 +129,7 @@ class SqlSandbox:
             prepare(connection)
         connection.execute("PRAGMA query_only = ON")
         connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
+        connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, maxvalue_bytes)
         connection.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 100_000)
         connection.set_authorizer(self._authorize)
         connection.set_progress_handler(self._past_deadline, _PROGRESS_EVERY)
@@ -151,18 +153,18 @@ class SqlSandbox:
             size = 0
             for row in cursor:  # one row at a time: the size is checked before the next row is read
                 rows.append(row)
-                size += _VALUE_OVERHEAD + sum(_value_bytes(value) for value in row)
+                size += _VALUE_OVERHEAD + sum(value_bytes(value) for value in row)
                 if size > self.max_result_bytes:
                     cursor.close()
                     return TruncatedRows(rows, self.max_result_bytes)
                 if len(rows) > self.max_rows:
                     raise SqlError(f"the result has more than {self.max_rows} rows")
             if time.monotonic() > self._deadline:  # a Python function gave up at the deadline
-                raise QueryTimeout(_TIMEOUT_MESSAGE)
+                raise QueryTimeout(TIMEOUT_MESSAGE)
             return rows
         except sqlite3.Error as error:
             if time.monotonic() > self._deadline:  # "interrupted", or a Python function's TimeoutError
-                raise QueryTimeout(_TIMEOUT_MESSAGE) from None
+                raise QueryTimeout(TIMEOUT_MESSAGE) from None
             if self._unavailable is not None:
                 raise SqlError(f"FUNCTION {self._unavailable} does not exist") from None
             raise SqlError(str(error)) from None

@@ -4,7 +4,8 @@
 - the statements SQLite lacks and MySQL answers from its catalogue (`SHOW TABLES [LIKE ...]` with
   `like_match`, `SHOW DATABASES`, `DESCRIBE t` and its spellings, `USE db`), as patterns the environment
   matches;
-- `mysql_error_message`: SQLite's most common error messages reworded as MySQL's;
+- `mysql_error_message`: SQLite's most common error messages reworded as MySQL's, and
+  `mariadb_error_message` MariaDB's where its words differ from MySQL's;
 - `render_output`: the observation, `str()` of the result rows, cut past a size limit.
 """
 
@@ -57,6 +58,37 @@ def mysql_error_message(message: str, db: str) -> str:
         if match:
             return reword(match, db)
     return message
+
+
+# MariaDB names the clause of an unknown or ambiguous column by its keyword, MySQL by these words.
+_MYSQL_CLAUSE_NAMES = {
+    "SELECT": "field list",
+    "WHERE": "where clause",
+    "ON": "on clause",
+    "HAVING": "having clause",
+    "ORDER BY": "order clause",
+    "GROUP BY": "group statement",
+    "IN/ALL/ANY": "IN/ALL/ANY subquery",
+}
+_MARIADB_CLAUSE = re.compile(
+    r"^(Unknown column '.*' in '|Column '.*' in )([A-Z/ ]+?)('$| is ambiguous$)", re.S
+)
+# An unknown function is looked up as a stored routine, which the read-only account may not execute.
+_MARIADB_ROUTINE = re.compile(r"^execute command denied to user '[^']*'@'[^']*' for routine '([^']+)'$")
+
+
+def mariadb_error_message(message: str) -> str:
+    """MariaDB's error text in MySQL's words where they differ only in naming (the clause of a column, the
+    server's name, an unknown function), as InterCode's agents read it; other messages are MariaDB's own."""
+    routine = _MARIADB_ROUTINE.match(message)
+    if routine:  # the Spider databases have no routines: the function does not exist
+        return f"FUNCTION {routine[1]} does not exist"
+    match = _MARIADB_CLAUSE.match(message)
+    if match and match[2] in _MYSQL_CLAUSE_NAMES:
+        return match[1] + _MYSQL_CLAUSE_NAMES[match[2]] + match[3]
+    return message.replace("your MariaDB server version", "your MySQL server version").replace(
+        "This version of MariaDB", "This version of MySQL"
+    )
 
 
 _ANY_RUN, _ANY_ONE = "%", "_"  # LIKE's wildcards, as tokens; a literal character is a (char,) tuple

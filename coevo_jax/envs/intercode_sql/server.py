@@ -1,0 +1,293 @@
+"""InterCode-SQL's server backend: the agent's SQL runs on the project's MariaDB server, as InterCode's ran on MySQL 8.
+
+`launch/mariadb.sh start` starts the server (its own data directory and unix socket under the cache directory)
+with the 20 Spider databases loaded from InterCode's dump and `lower_case_table_names=1`, and an account
+`coevo_reader` that may only SELECT and SHOW. Every statement, SHOW and DESCRIBE included, is answered by the
+server; rows come back as InterCode's client returned them (DECIMAL as `Decimal`, dates as `datetime`), so
+`str()` of a row, and so the reward, is the server's. Where MariaDB differs from MySQL 8 the session is set
+to MySQL 8's ways as far as a setting or a small addition reaches:
+- sql_mode is MySQL 8's default less ONLY_FULL_GROUP_BY: MySQL allows a column that the GROUP BY columns
+  determine (through a primary key or an equality), MariaDB's check does not, and refuses 107 of InterCode's
+  1,034 gold queries, 63 of which certainly ran on MySQL (GPT-4 scored above 0 on them);
+- a GROUP BY without ORDER BY is not sorted (`group_by`);
+- internal temporary tables are on disk, which makes the order of ties (`ORDER BY count(*) LIMIT 1`)
+  repeatable: in memory MariaDB breaks them differently from one connection to the next;
+- error messages name clauses as MySQL does (`statements.mariadb_error_message`).
+
+The guarantees of the SQLite sandbox hold here too:
+- no write succeeds: the account has SELECT and SHOW VIEW on the Spider databases only (no FILE, no temporary
+  tables, no routines), and the server runs read-only for every account without SUPER;
+- time: the session's `max_statement_time` stops a statement at `timeout_s` on the server; a watchdog kills
+  the query from a second connection shortly after (the agent may raise its own session's limit), and the
+  socket's read timeout is the last resort; a timeout reads as on SQLite (`sandbox.QueryTimeout`);
+- memory: rows are read one at a time from an unbuffered cursor, and reading stops once they hold
+  `max_result_bytes` (`TruncatedRows`) or pass `max_rows` (an error); the connection, with the rest of the
+  result unread, is then dropped and a fresh one opened for the next statement;
+- a dropped connection (server restarted, connection killed) is reopened and the statement run again once,
+  as is a statement another session of the account interrupted (`KILL QUERY` is allowed on one's own
+  account); a server that answers no connection at all raises `ServerUnavailable`.
+Sessions are named (the episode's, the gold queries', statements outside episodes): `end_session` drops one,
+so a new episode starts without the last one's session variables.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from coevo_jax.envs.intercode_sql.db import cache_root
+from coevo_jax.envs.intercode_sql.group_by import unsorted_group_by
+from coevo_jax.envs.intercode_sql.sandbox import (
+    TIMEOUT_MESSAGE,
+    QueryTimeout,
+    SqlError,
+    TruncatedRows,
+    value_bytes,
+)
+from coevo_jax.envs.intercode_sql.statements import mariadb_error_message
+
+READER = "coevo_reader"  # the read-only account launch/mariadb.sh creates
+SOCKET_ENV = "COEVO_MARIADB_SOCKET"
+KILL_GRACE_S = 0.5  # the watchdog kills a query this long after the server's own limit should have
+READ_TIMEOUT_GRACE_S = 10.0
+_ROW_OVERHEAD = 8  # bytes counted per row towards `max_result_bytes`, as in the SQLite sandbox
+_TIMEOUT_CODES = {1969, 3024}  # MariaDB's max_statement_time, MySQL's max_execution_time
+_INTERRUPTED = 1317  # KILL QUERY: the watchdog's, or another session's of the same account (then run again)
+_LOST_CODES = {0, 1053, 1927, 2006, 2013, 2055}  # the connection is gone (or was never there)
+_UNPARSED_CODES = {1064, 1221}  # a syntax error, "incorrect usage of ... and ORDER BY"
+# MySQL 8.0's default sql_mode less ONLY_FULL_GROUP_BY (see the module docstring).
+SQL_MODE = (
+    "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
+)
+
+
+def default_socket() -> Path:
+    """$COEVO_MARIADB_SOCKET, else the socket launch/mariadb.sh makes: <cache root>/mariadb/mysqld.sock."""
+    if os.environ.get(SOCKET_ENV):
+        return Path(os.environ[SOCKET_ENV])
+    return cache_root() / "mariadb" / "mysqld.sock"
+
+
+class ServerUnavailable(RuntimeError):
+    """No server answers at the socket: the environment cannot answer anything."""
+
+
+def _pymysql():
+    try:
+        import pymysql
+    except ImportError:  # pragma: no cover - PyMySQL is a dependency of the package
+        raise ImportError(
+            "the intercode_sql server backend needs PyMySQL: pip install PyMySQL (or pip install -e .)"
+        ) from None
+    return pymysql
+
+
+class ServerError(SqlError):
+    """The server refused or failed a statement; `code` is its error number."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class _Lost(Exception):
+    """The connection dropped before the statement was answered."""
+
+
+class _Watchdog:
+    """Calls `kill(thread_id)` after `delay_s` unless stopped first; `stop` waits for a kill under way."""
+
+    def __init__(self, kill, thread_id: int, delay_s: float):
+        self._kill, self._thread_id = kill, thread_id
+        self._lock, self._active, self.fired = threading.Lock(), True, False
+        self._timer = threading.Timer(delay_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._active:
+                self.fired = True
+                self._kill(self._thread_id)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._active = False
+        self._timer.cancel()
+
+
+class ServerSession:
+    """One connection of the read-only account, opened on first use and reopened after it drops."""
+
+    def __init__(
+        self, socket: Path, *, user: str, timeout_s: float, max_rows: int, max_result_bytes: int, killer
+    ):
+        self.socket, self.user, self.timeout_s = socket, user, timeout_s
+        self.max_rows, self.max_result_bytes = max_rows, max_result_bytes
+        self._kill = killer
+        self._connection = None
+
+    def _connect(self):
+        pymysql = _pymysql()
+        if self._connection is None:
+            try:
+                self._connection = pymysql.connect(
+                    unix_socket=str(self.socket),
+                    user=self.user,
+                    password="",
+                    charset="utf8mb4",
+                    autocommit=True,
+                    connect_timeout=5,
+                    read_timeout=self.timeout_s + READ_TIMEOUT_GRACE_S,
+                    write_timeout=self.timeout_s + READ_TIMEOUT_GRACE_S,
+                    local_infile=False,
+                )
+                with self._connection.cursor() as cursor:
+                    cursor.execute(
+                        "SET SESSION max_statement_time = %s, sql_mode = %s, tmp_memory_table_size = 0",
+                        (self.timeout_s, SQL_MODE),
+                    )
+            except pymysql.MySQLError as error:
+                self._connection = None
+                raise ServerUnavailable(
+                    f"no MariaDB server answers as {self.user!r} at {self.socket} ({error}); start one with "
+                    f"`bash launch/mariadb.sh start`, or point ${SOCKET_ENV} at one"
+                ) from None
+        return self._connection
+
+    def execute(self, db: str, sql: str) -> list[tuple] | None:
+        """The statement's rows in database `db` (None without a result set); raises SqlError on failure.
+
+        A result past `max_result_bytes` comes back as the `TruncatedRows` read up to that size.
+        """
+        try:
+            return self._execute(db, sql)
+        except _Lost:
+            self.end()
+        try:
+            return self._execute(db, sql)
+        except _Lost as lost:
+            self.end()
+            raise SqlError(f"Lost connection to the server during the query ({lost})") from None
+
+    def _execute(self, db: str, sql: str) -> list[tuple] | None:
+        pymysql = _pymysql()
+        connection = self._connect()
+        watchdog = None
+        try:
+            connection.select_db(db)
+            watchdog = _Watchdog(self._kill, connection.thread_id(), self.timeout_s + KILL_GRACE_S)
+            cursor = pymysql.cursors.SSCursor(connection)
+            cursor.execute(sql)
+            if cursor.description is None:
+                return None
+            rows: list[tuple] = []
+            size = 0
+            for row in cursor:  # one row at a time off the socket: the size is checked before the next
+                rows.append(row)
+                size += _ROW_OVERHEAD + sum(value_bytes(value) for value in row)
+                if size > self.max_result_bytes:
+                    self.end()  # the rest of the result stays unread: drop the connection with it
+                    return TruncatedRows(rows, self.max_result_bytes)
+                if len(rows) > self.max_rows:
+                    self.end()
+                    raise SqlError(f"the result has more than {self.max_rows} rows")
+            cursor.close()
+            return rows
+        except pymysql.MySQLError as error:
+            code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
+            message = error.args[1] if len(error.args) > 1 else str(error)
+            if code in _TIMEOUT_CODES or (watchdog is not None and watchdog.fired):
+                raise QueryTimeout(TIMEOUT_MESSAGE) from None
+            if code in _LOST_CODES or code == _INTERRUPTED or isinstance(error, pymysql.err.InterfaceError):
+                raise _Lost(message) from None
+            raise ServerError(code, mariadb_error_message(message)) from None
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
+                if watchdog.fired:
+                    self.end()  # the kill may have landed after the statement ended: start afresh
+
+    def end(self) -> None:
+        """Drops the connection (and its session); the next statement opens a new one."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        unread = getattr(connection, "_result", None)  # PyMySQL's unbuffered result, if one is being read
+        if unread is not None:
+            unread.unbuffered_active = False  # so that it does not read the rest when collected
+        try:
+            connection.close()
+        except Exception:  # already closed, or the socket is gone: nothing left to release
+            pass
+
+
+class MariaDbBackend:
+    """Answers statements on the server at `socket` (default: `default_socket()`), one session per name."""
+
+    name = "mariadb"
+
+    def __init__(
+        self,
+        socket: str | Path | None = None,
+        *,
+        user: str = READER,
+        timeout_s: float,
+        max_rows: int,
+        max_result_bytes: int,
+    ):
+        self.socket = Path(socket) if socket else default_socket()
+        self._limits = dict(
+            user=user, timeout_s=timeout_s, max_rows=max_rows, max_result_bytes=max_result_bytes
+        )
+        self._sessions: dict[str, ServerSession] = {}
+        self._control = ServerSession(self.socket, **self._limits, killer=None)  # runs the watchdog's KILLs
+        self._control_lock = threading.Lock()
+        self._control._connect()  # fail now, with the way to start the server, rather than mid-episode
+
+    def answer(
+        self, db: str, statement: str, *, session: str = "episode", reverse_scan: bool = False
+    ) -> list | str | None:
+        """`statement` on database `db` in the named session: rows, None or `Error executing query: ...`."""
+        if reverse_scan:
+            raise ValueError(
+                "reverse_scan is SQLite's (reverse_unordered_selects); the server cannot scan backwards"
+            )
+        if session not in self._sessions:
+            self._sessions[session] = ServerSession(self.socket, **self._limits, killer=self._kill_query)
+        runner = self._sessions[session]
+        try:
+            unsorted = unsorted_group_by(statement)
+            if unsorted != statement:
+                try:
+                    return runner.execute(db, unsorted)
+                except ServerError as error:
+                    if error.code not in _UNPARSED_CODES:  # the addition is not what failed
+                        raise
+            return runner.execute(db, statement)
+        except SqlError as error:
+            return f"Error executing query: {error}"
+
+    def _kill_query(self, thread_id: int) -> None:
+        """Runs on the watchdog's thread: stops whatever the connection `thread_id` is running."""
+        with self._control_lock:
+            for _ in range(2):  # the control connection may have dropped since its last use
+                try:
+                    connection = self._control._connect()
+                    with connection.cursor() as cursor:
+                        cursor.execute(f"KILL QUERY {int(thread_id)}")
+                    return
+                except Exception:
+                    self._control.end()
+
+    def end_session(self, session: str) -> None:
+        if session in self._sessions:
+            self._sessions[session].end()
+
+    def close(self) -> None:
+        for session in self._sessions.values():
+            session.end()
+        self._sessions.clear()
+        with self._control_lock:
+            self._control.end()
