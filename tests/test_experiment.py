@@ -33,9 +33,11 @@ from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.programs import Programs, objective_config
 from coevo_jax.experiment.run import run
+from coevo_jax.experiment.stages import pairs_file
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.experiment.tensorboard import read_scalars
 from coevo_jax.reporting.results import load_results
+from coevo_jax.reporting.run_files import read_pairs_file
 from coevo_jax.train import StepKind
 from coevo_jax.train.compiled_steps import JittedStep, JittedTrainStep, PolicySteps
 
@@ -505,6 +507,16 @@ def test_every_method_runs_end_to_end_and_reports(tmp_path, monkeypatch):
     # ETO and co-evolution share iteration 1's exploration of the SFT target policy and its evaluation.
     assert [k for k in stages if k.startswith("explore/sft_target/")] == ["explore/sft_target/it1"]  # shared
     assert "explore/sft_failure/it2" in stages  # the frozen agent explores afresh
+    # every pair phase keeps the pairs it trained on (for the HTML report), with the reference's log-probs
+    kept = {
+        name: read_pairs_file(str(tmp_path / pairs_file(name.removeprefix("train/"))))
+        for name, record in stages.items()
+        if name.startswith("train/") and "dataset" in record
+    }
+    assert "train/coevo_it2_failure" in kept and "train/eto_it1_target" in kept
+    for name, pairs in kept.items():
+        assert len(pairs) == stages[name]["dataset"]["num_pairs"], name
+        assert all(logps is not None for _, logps in pairs) or stages[name]["fit"]["dropped"], name
     for name in ("table.md", "reward_curves.png", "failure_analysis.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "CoEvolving" in (tmp_path / "table.md").read_text()

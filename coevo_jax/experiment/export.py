@@ -6,9 +6,10 @@ OUT_DIR is a TFDS data_dir (`tfds_builders`: array_record files, readable withou
 * `coevo_trajectories/1.2.0`: the run's experts and each finished exploration and evaluation, one split each
   (`experts`, `explore_<policy>_it<k>`, `eval_<policy>_<split>`, `explore_<method>_step<n>`: `run_data`);
 * `coevo_preference_pairs/1.2.0`: the pairs each finished DPO phase trained on, one split per phase, named
-  after the policy it trained (`eto_it1_target`, `coevo_it1_failure`, ...), with the phase's report. The
-  job does not store pairs: they are rebuilt by replaying the run's own method code over its stage records
-  (the same builders with the same arguments) and checked against the report each phase recorded.
+  after the policy it trained (`eto_it1_target`, `coevo_it1_failure`, ...), with the phase's report. They
+  are rebuilt (runs from before the job kept them in `pairs/` export too) by replaying the run's own method
+  code over its stage records (the same builders with the same arguments) and checked against the report
+  each phase recorded.
 Each dataset's metadata names the workdir file or stage every split came from; the trajectories' also holds
 the run's config.
 

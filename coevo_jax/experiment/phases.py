@@ -186,6 +186,24 @@ def dpo_phase_plans(
     return plans, total
 
 
+def kept_reference_logps(store: RunStore, name: str, pairs: int, summary: dict) -> list | None:
+    """The reference log-probs (chosen, rejected) that phase `name` computed for each of its `pairs` pairs
+    (None for a pair no update saw), from its cache in the phase dir: read them before the scratch is
+    cleared. None when the cache is absent or a pair was dropped for length (the cache indexes the pairs
+    that fit, not the pairs built)."""
+    path = os.path.join(store.scratch_dir(name), REFERENCE_FILE)
+    if (summary.get("fit") or {}).get("dropped") or summary.get("pairs") != pairs or not os.path.exists(path):
+        return None
+    with np.load(path) as saved:
+        chosen, rejected = saved["chosen"], saved["rejected"]
+        computed = saved["computed"] if "computed" in saved else np.ones(len(chosen), bool)
+    if len(chosen) != pairs:
+        return None
+    return [
+        (float(c), float(r)) if done else None for c, r, done in zip(chosen, rejected, computed, strict=True)
+    ]
+
+
 def _reference_logps(
     setup, store, spec: PhaseSpec, params, tokenized, used: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -2,10 +2,10 @@
 
     python -m coevo_jax.main --config=C --config.dpo.learning_rates='(5e-6,)' --workdir=NEW --reuse_from=OLD
 
-`seed_workdir` copies into a new workdir the records and outputs (saved policy, rollout file) of every stage
-of OLD that the config's differences cannot change, with the experts and a scratch policy's tokenizer, and
-writes `reused.json` (source, changed fields, stages). The run then skips those stages as done, so its
-results are those of a fresh run with the new config, minus the time.
+`seed_workdir` copies into a new workdir the records and outputs (saved policy, rollout file, a pair phase's
+kept pairs) of every stage of OLD that the config's differences cannot change, with the experts and a scratch
+policy's tokenizer, and writes `reused.json` (source, changed fields, stages). The run then skips those
+stages as done, so its results are those of a fresh run with the new config, minus the time.
 
 Which stages a difference can change, judged by the policy a stage trains, explores with or evaluates:
 * `methods` and `iterations` change which stages run, never what one computes (an iteration's stages are
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from coevo_jax.atomic_files import atomic_path
 from coevo_jax.coevolve import ABLATIONS
 from coevo_jax.experiment.experts import EXPERTS_FILE
-from coevo_jax.experiment.stages import stage_outputs
+from coevo_jax.experiment.stages import pairs_file, stage_outputs
 from coevo_jax.experiment.store import (
     CONFIG_FILE,
     STAGES_FILE,
@@ -160,6 +160,8 @@ def seed_workdir(
     names = reusable_stages(source_stages, changed)
     outputs = [EXPERTS_FILE] + ([TOKENIZER_DIR] if os.path.isdir(os.path.join(source, TOKENIZER_DIR)) else [])
     outputs += [stage_outputs(name)[1] for name in names]
+    kept_pairs = [pairs_file(stage_outputs(name)[0]) for name in names if name.startswith("train/")]
+    outputs += [path for path in kept_pairs if os.path.isfile(os.path.join(source, path))]  # the pair phases'
     for relative in outputs:
         if not os.path.exists(os.path.join(source, relative)):
             raise FileNotFoundError(f"{os.path.join(source, relative)}: a finished stage's output is missing")

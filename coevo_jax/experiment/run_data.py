@@ -12,8 +12,8 @@ Trajectory splits (`trajectory_splits`), named after what wrote them:
 * `explore_<method>_step<n>`: GRPO step n of method `grpo` or a CoEvolve method.
 
 Pair splits (`pair_splits`) are named after the policy their phase trained (`eto_it1_target`,
-`coevo_it2_failure`: stage `train/<policy>`). The job does not store a phase's pairs, only their report (the
-`dataset` of the phase's stage record), so they are rebuilt here by replaying the run's own method code
+`coevo_it2_failure`: stage `train/<policy>`). They are rebuilt here from the explorations, so that runs from
+before the job kept a phase's pairs (`pairs/<policy>.jsonl`) export too, by replaying the run's own method code
 (`experiment.methods.METHOD_RUNNERS`, the CoEvolve methods aside: they train no pairs) on a `Stages` whose
 store answers from the stage records: `Stages.explore` reads each exploration as the job read it, and each
 phase's pairs come from the method's own builder call (the same function, the same arguments); nothing is

@@ -3,17 +3,22 @@
 Policies are named (`sft_target`, `eto_it2_target`, `coevo_it1_failure`, ...) and saved in the workdir;
 stages are keyed by what they compute, so methods share them: every method's iteration 0 is the SFT
 target's evaluation, and at iteration 1 ETO and co-evolution explore with the same SFT policies and the
-same sampling seed, so those episodes are played once.
+same sampling seed, so those episodes are played once. A pair phase keeps the pairs it trained on in
+`pairs/<policy>.jsonl` (`save_pairs`), for the HTML report's pair browser.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import re
 from collections.abc import Callable, Sequence
 
-from coevo_jax.data.pairs import PreferenceDataset
+from coevo_jax.atomic_files import atomic_path
+from coevo_jax.data.formats import pair_to_record
+from coevo_jax.data.pairs import PreferenceDataset, PreferencePair
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
@@ -28,6 +33,7 @@ SEEDS = {"target": 0, "failure": 1}  # the two base policies differ by initialis
 SFT_TARGET = "sft_target"
 BASE = "base"  # the starting parameters, untrained: the checkpoint's (a scratch model's: the target's init)
 ROLLOUTS_DIR = "rollouts"
+PAIRS_DIR = "pairs"
 
 
 def explore_file(policy: str, iteration: int, suffix: str = "") -> str:
@@ -44,6 +50,30 @@ def joint_eval_file(policy: str) -> str:
     """The workdir-relative rollout file `Stages.evaluate` plays every pending split into (removed once each
     split has its own file and stage record)."""
     return f"{ROLLOUTS_DIR}/{policy}.eval_splits.jsonl"
+
+
+def pairs_file(policy: str) -> str:
+    """The workdir-relative file of the pairs that stage `train/<policy>` (a pair phase) trained on."""
+    return f"{PAIRS_DIR}/{policy}.jsonl"
+
+
+def save_pairs(
+    path: str, pairs: Sequence[PreferencePair], reference_logps: Sequence[tuple[float, float] | None] | None
+) -> None:
+    """Writes a phase's pairs to `path` (atomically): one `formats.pair_to_record` line per pair, in the
+    phase's order, without the sides' token traces, and with `reference_logps` [chosen, rejected], the
+    reference policy's log-probs the phase computed for it, where it has them (`phases.kept_reference_logps`)."""
+    reference = list(reference_logps) if reference_logps is not None else [None] * len(pairs)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as file:
+        for pair, logps in zip(pairs, reference, strict=True):
+            sides = {
+                side: dataclasses.replace(getattr(pair, side), tokens=None) for side in ("chosen", "rejected")
+            }
+            record = pair_to_record(dataclasses.replace(pair, **sides))
+            if logps is not None:
+                record["reference_logps"] = list(logps)
+            file.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def stage_outputs(stage: str) -> tuple[str, str]:
@@ -229,6 +259,9 @@ class Stages:
                 beta=dpo.beta(iteration),
                 seed=seed,
             )
+            path = self.store.path(pairs_file(name))
+            reference = lambda: phases.kept_reference_logps(self.store, stage, len(pairs), summary)
+            processes.on_primary(f"write {path}", lambda: save_pairs(path, pairs.pairs, reference()))
             self._keep(name, params)
             self.store.clear_scratch(stage)
             return {**summary, "dataset": pairs.report.to_dict()}

@@ -15,6 +15,7 @@ mean over the seeds (`paired.mean_interval`). PNGs are written atomically.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,10 +40,18 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 STEP_WINDOW = 5  # GRPO steps in the moving average of the steps figure
 
 
-def _save_png(figure: Figure, path: str | os.PathLike) -> Path:
+def png_bytes(figure: Figure) -> bytes:
+    """`figure` as PNG bytes, as the PNG files have it (for pages that embed it)."""
     FigureCanvasAgg(figure)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    return buffer.getvalue()
+
+
+def _save_png(figure: Figure, path: str | os.PathLike) -> Path:
+    data = png_bytes(figure)
     with atomic_path(path) as tmp, open(tmp, "wb") as file:
-        figure.savefig(file, format="png", dpi=120)
+        file.write(data)
     return Path(path)
 
 

@@ -9,9 +9,14 @@ positive, RFT − SFT) per seed with 95 % t-intervals and the tasks each moved u
 (`write_study_reports`). A
 WORKDIR argument may also name a results file itself. Every file is written atomically.
 
+`--html OUT.html` (one workdir) also writes the run's self-contained HTML page (`reporting.html`: the
+table, the figures, pair counts, and browsers over the pairs, test-set episodes and GRPO groups) and prints
+its size.
+
 CLI: `python -m coevo_jax.reporting.report WORKDIR [WORKDIR ...] [--out FILE] [--figures DIR]
-[--baseline METHOD]`.
-The pieces: `reporting.results` (reading, statistics), `reporting.tables`, `reporting.figures`.
+[--baseline METHOD] [--html OUT.html]`.
+The pieces: `reporting.results` (reading, statistics), `reporting.tables`, `reporting.figures`,
+`reporting.html`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from coevo_jax.reporting.figures import (
     plot_pool_makeup,
     plot_reward_curves,
 )
+from coevo_jax.reporting.html import write_html_report
 from coevo_jax.reporting.results import coevolve_rounds, load_results, results_path
 from coevo_jax.reporting.tables import (
     details_markdown,
@@ -94,7 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="METHOD",
         help="with several workdirs: also print each method minus this one (its title) in the same seed",
     )
+    parser.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="with one workdir: also write its self-contained HTML report (pairs, episodes, figures) here",
+    )
     args = parser.parse_args(argv)
+    if args.html and len(args.workdirs) != 1:
+        parser.error("--html takes one workdir")
     paths = [results_path(arg) for arg in args.workdirs]
     try:
         runs = [load_results(path) for path in paths]
@@ -102,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             written = write_reports(runs[0], paths[0].parent)
             table = table_markdown(runs[0])
             print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)
+            if args.html:
+                size = write_html_report(paths[0].parent, runs[0], args.html)
+                print(f"wrote {args.html} ({size / 2**20:.2f} MiB, {size} bytes)", file=sys.stderr)
         else:
             names = [str(path) for path in paths]
             table = table_markdown_mean_std(runs, names=names)

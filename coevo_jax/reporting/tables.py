@@ -37,7 +37,7 @@ MISSING = "—"
 LEGEND = "Average reward ×100 per split, then success rate (SR, %); Avg. = mean of the reward columns."
 
 
-def _columns(splits: Sequence[str]) -> list[tuple[str, Callable[[dict], object]]]:
+def table_columns(splits: Sequence[str]) -> list[tuple[str, Callable[[dict], object]]]:
     """(header, cell getter) in Table-1 order: rewards per split, success rates per split, Avg."""
     columns = [(split_label(s), lambda row, s=s: row["reward"][s]) for s in splits]
     columns += [(f"{split_label(s)} SR (%)", lambda row, s=s: row["success"][s]) for s in splits]
@@ -61,7 +61,7 @@ def _format_value(value: float | None) -> str:
 def table_markdown(results: Mapping) -> str:
     """Table 1 for one run: a title naming the env, a legend line, then one row per method."""
     splits = results["splits"]
-    columns = _columns(splits)
+    columns = table_columns(splits)
     rows = []
     for name, evals in final_scores(results).items():
         row = score_row(evals, splits)
@@ -84,7 +84,7 @@ def _format_stat(stat: dict | None, digits: int = 1, signed: bool = False) -> st
 def table_markdown_mean_std(runs: Sequence[Mapping], names: Sequence[str] | None = None) -> str:
     """Table 1 over several seeds: each cell "mean ± std" (sample std; just the mean with one run)."""
     aggregate = aggregate_runs(runs, names)
-    columns = _columns(aggregate["splits"])
+    columns = table_columns(aggregate["splits"])
     rows = [
         [_escape(name), *(_format_stat(get(row)) for _, get in columns)]
         for name, row in aggregate["methods"].items()
@@ -102,7 +102,7 @@ def table_markdown_paired(
 ) -> str:
     """Table 1's cells as differences from `baseline` in the same run, "mean ± std" over the runs."""
     paired = paired_differences(runs, baseline, names)
-    columns = _columns(paired["splits"])
+    columns = table_columns(paired["splits"])
     rows = [
         [_escape(name), *(_format_stat(get(row), signed=True) for _, get in columns)]
         for name, row in paired["methods"].items()
