@@ -2,11 +2,13 @@
 verification, provenance, resume, seeding and the ablation switches."""
 
 import dataclasses
+import json
 
 import pytest
 from coevolve_fixtures import fake_history
 
 from coevo_jax import coevolve
+from coevo_jax.coevolve import rounds
 from coevo_jax.coevolve.builtin_synthesis import BuiltinSynthesizer
 from coevo_jax.coevolve.pool import TaskPool
 from coevo_jax.coevolve.synthesis import replay_failure
@@ -110,3 +112,25 @@ def test_failing_tasks_are_dropped_and_counted_and_errors_never_end_the_round(re
     assert report.verified == report.added == len(pool) == 0 and report.pass_rate == 0.0
     report = coevolve.round(records, TaskPool(), make_env, CONFIG, seed=0, synthesizer=Exploding())
     assert report.not_synthesized == {"error: RuntimeError": 12} and report.added == 0
+
+
+@pytest.mark.parametrize("shares", [2, 3])
+def test_a_round_shared_out_over_processes_gives_the_one_process_pool(records, tmp_path, shares):
+    """What N processes do (`experiment.coevolve_loop`): each makes every N-th attempt of the same plan, its
+    outcomes pass through JSON, and the merge in the plan's order (duplicates across shares found there)
+    gives the pool and report of one process's round."""
+    whole = TaskPool.open(str(tmp_path / "one"))
+    expected = coevolve.round(records, whole, make_env, CONFIG, seed=0)
+    split = TaskPool.open(str(tmp_path / "split"))
+    plan = rounds.plan_round(records, split, "builtin", CONFIG, seed=0)
+    attempts = []
+    for share in range(shares):
+        mine = rounds.run_attempts(plan, split, make_env, CONFIG, range(share, len(plan.attempts), shares))
+        attempts += [rounds.Attempt.from_json(json.loads(json.dumps(a.to_json()))) for a in mine]
+    report = rounds.finish_round(plan, attempts, split, CONFIG, seconds=0.0)
+    assert dataclasses.replace(report, seconds=0.0) == dataclasses.replace(expected, seconds=0.0)
+    assert [t.to_json() for t in split.tasks] == [t.to_json() for t in whole.tasks]
+    assert split.memory.to_json() == whole.memory.to_json()
+    reread = TaskPool.open(str(tmp_path / "split"))
+    split.reload()
+    assert [t.to_json() for t in split.tasks] == [t.to_json() for t in reread.tasks]

@@ -1,7 +1,7 @@
 """The main job on 2 processes x 4 CPU devices (`launch/local_processes.sh`) gives what 1 process x 8
 devices gives: the same episodes, rewards and pair counts exactly, the same saved policies to float32
 precision (the gradient all-reduce crosses processes), and so after a SIGKILL of both processes mid-phase
-and a resume."""
+and a resume; and a CoEvolve run grows the same task pool."""
 
 import json
 import os
@@ -11,9 +11,11 @@ import sys
 import jax
 import numpy as np
 import pytest
+import signal_every_task
 from test_experiment import tiny_config
 from test_kill_resume import load_drill
 
+from coevo_jax.coevolve import rounds
 from coevo_jax.experiment.run import run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,10 +137,38 @@ def test_two_processes_killed_mid_phase_resume_to_the_one_process_results(one_pr
     assert not os.path.exists(os.path.join(workdir, "rollouts_by_process", "sft_target_it1_explore"))
 
 
-def test_the_coevolve_methods_are_refused_on_several_processes(tmp_path, monkeypatch):
-    monkeypatch.setattr(jax, "process_count", lambda: 2)
-    with pytest.raises(
-        NotImplementedError, match="methods coevolve, coevolve_rare run in one process; this job has 2"
-    ):
-        run(tiny_config(methods=("grpo", "coevolve", "coevolve_rare")), str(tmp_path))
-    assert not list(tmp_path.iterdir())  # refused before anything is written
+COEVOLVE_FLAGS = ("--config.methods=('sft','coevolve')", "--config.env.eval_splits=('test_seen',)")
+
+
+def _pool(workdir: str) -> dict:
+    with open(os.path.join(workdir, "coevolve", "coevolve_pool.json")) as f:
+        pool = json.load(f)
+    for report in pool["rounds"]:
+        del report["seconds"]
+    return pool
+
+
+@pytest.mark.slow  # a one-process CoEvolve run and a 2-process launch of it: minutes
+def test_coevolve_on_two_processes_grows_the_one_process_pool(tmp_path, monkeypatch):
+    """Each process explores its share of a round's signals; process 0 merges them in the plan's order, so the
+    pool (tasks, signal memory, round reports) and the results are the one process's. Every task of a round's
+    records carries a signal (`signal_every_task.py`): the tiny policy's own show none."""
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    monkeypatch.setattr(rounds, "detect", signal_every_task.detect_and_mark_every_task)
+    run(tiny_config(methods=("sft", "coevolve"), env=dict(eval_splits=("test_seen",))), one)
+    main = f"{sys.executable} {os.path.join(ROOT, 'tests', 'signal_every_task.py')}"
+    env = dict(os.environ, DEVICES="4", PYTHON=sys.executable, MAIN=main)
+    command = [
+        os.path.join(ROOT, "launch", "local_processes.sh"),
+        "2",
+        "configs/tiny.py",
+        two,
+        *COEVOLVE_FLAGS,
+    ]
+    launched = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
+    expected = _pool(one)
+    assert sum(report["explored"] for report in expected["rounds"]) > 0  # the rounds had work to share
+    assert _pool(two) == expected
+    _assert_same_results(_results(one), _results(two))
+    assert not [p for p in os.listdir(os.path.join(two, "coevolve")) if p.endswith("_attempts")]

@@ -77,6 +77,12 @@ class TaskPool:
             pool.add(PoolTask.from_json(task) for task in data["tasks"])
         return pool
 
+    def reload(self) -> None:
+        """Reads the pool's file again in place (another process saved a round into it)."""
+        saved = TaskPool.open(os.path.dirname(self.path))
+        self.tasks, self.memory, self.rounds, self._digests = [], saved.memory, saved.rounds, set()
+        self.add(saved.tasks)
+
     @property
     def num_rounds(self) -> int:
         return len(self.rounds)

@@ -25,16 +25,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
+import time
 from collections.abc import Callable, Collection, Sequence
 
 from coevo_jax import coevolve
+from coevo_jax.coevolve import rounds
 from coevo_jax.coevolve.pool import PROVENANCES, PoolTask, TaskPool
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
+from coevo_jax.experiment import processes
 from coevo_jax.experiment.grpo import rollout_file
 from coevo_jax.experiment.rollouts import usable
-from coevo_jax.experiment.store import RunStore
+from coevo_jax.experiment.store import RunStore, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +144,10 @@ class CoEvolveLoop:
     def after_steps(self, done: int) -> None:
         for index in rounds_due(done, self.pool.num_rounds, self.config.every_steps):
             records = round_records(self.store, self.name, index, self.config.every_steps)
-            report = coevolve.round(records, self.pool, self.make_env, self.config, self.seed)
+            if processes.count() == 1:
+                report = coevolve.round(records, self.pool, self.make_env, self.config, self.seed)
+            else:
+                report = self._round_on_processes(records)
             log.info(
                 "%s round %d after step %d: signals %s, explored %d, synthesized %d, verified %d, pool %d",
                 self.name,
@@ -152,6 +159,41 @@ class CoEvolveLoop:
                 report.verified,
                 report.pool_size,
             )
+
+    def _round_on_processes(self, records: Sequence[Trajectory]) -> coevolve.RoundReport:
+        """The round with its explorations shared out: every process plans the same round, makes its share
+        of the attempts (every count-th from its rank) and writes them down; process 0 takes them in the
+        plan's order into the pool, which every process then reads back: the pool is the one 1 process
+        makes."""
+        start, count, rank = time.perf_counter(), processes.count(), processes.rank()
+        probe = self.make_env()
+        try:
+            env_name = probe.name
+        finally:
+            probe.close()
+        plan = rounds.plan_round(records, self.pool, env_name, self.config, self.seed)
+        mine = rounds.run_attempts(
+            plan, self.pool, self.make_env, self.config, range(rank, len(plan.attempts), count)
+        )
+        parts = os.path.join(self.store.workdir, self.name, f"round{plan.index}_attempts")
+        os.makedirs(parts, exist_ok=True)
+        write_json_atomic(os.path.join(parts, f"process{rank}.json"), [a.to_json() for a in mine])
+
+        def finish():
+            attempts = [
+                rounds.Attempt.from_json(a)
+                for r in range(count)
+                for a in read_json(os.path.join(parts, f"process{r}.json"))
+            ]
+            rounds.finish_round(plan, attempts, self.pool, self.config, time.perf_counter() - start)
+
+        processes.on_primary(f"{self.name} round {plan.index}", finish)
+        if not processes.is_primary():
+            self.pool.reload()
+        processes.barrier(f"{self.name} round {plan.index} read")
+        if processes.is_primary():
+            shutil.rmtree(parts, ignore_errors=True)
+        return coevolve.RoundReport(**{k: v for k, v in self.pool.rounds[-1].items() if k != "pass_rate"})
 
     def summary(self, first_step: int, last_step: int) -> dict:
         """The rounds that ran after steps `first_step + 1 ... last_step`, as results.json entries."""

@@ -8,8 +8,8 @@ written next to it.
 
 On N processes (`launch/local_processes.sh`, the SLURM and TPU scripts) every process calls `run` with the
 same arguments on a workdir they share: each plays its share of every rollout, all train on the global
-mesh, and process 0 alone writes the workdir's files (`experiment.processes`). The CoEvolve methods run on
-one process only (their task pools and synthesis rounds are not split yet).
+mesh, and process 0 alone writes the workdir's files (`experiment.processes`). A CoEvolve round shares its
+explorations out and process 0 merges them into the pool every process reads (`experiment.coevolve_loop`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from __future__ import annotations
 import logging
 import os
 
-import jax
-
 from coevo_jax import envs
 from coevo_jax.data.sources import check_trajectory_source
 from coevo_jax.experiment import processes, reuse
-from coevo_jax.experiment.config import COEVOLVE_METHODS, EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
+from coevo_jax.experiment.config import EXECUTION_FIELDS, METHOD_TITLES, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
 from coevo_jax.experiment.methods import EXPERT_PAIR_METHODS, FAILURE_AGENT_METHODS, METHOD_RUNNERS
 from coevo_jax.experiment.policy import build_setup
@@ -102,11 +100,6 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
 
     `reuse_from`: a finished (or partial) run's workdir whose stages the config's differences cannot change
     seed the new `workdir` (`experiment.reuse`); results.json records them under `reused`."""
-    one_process_only = [m for m in cfg.methods if m in COEVOLVE_METHODS]
-    if jax.process_count() > 1 and one_process_only:
-        raise NotImplementedError(
-            f"methods {', '.join(one_process_only)} run in one process; this job has {jax.process_count()}"
-        )
     check_env_config(cfg)
     env_factory = _env_factory(cfg)
     env = env_factory()
