@@ -70,6 +70,8 @@ def _load_config_module(path: pathlib.Path):
         ("tiny", None),
         ("tiny", "drill"),
         ("builtin_study", None),
+        ("grpo_credit_study", "episode"),
+        ("grpo_credit_study", "both"),
         ("sql_smollm2", None),
         ("sciworld_smollm2", None),
         ("bfcl_smollm2", None),
@@ -88,6 +90,11 @@ def test_every_config_file_builds_an_experiment_config(name, arg):
         assert experiment.methods == PAPER_METHODS and experiment.match_exploration
         assert experiment.dpo.updates_per_phase is None and experiment.dpo.epochs == 3  # the paper's phases
         assert experiment.env.eval_tasks is None and not experiment.sft_per_token
+    if name == "grpo_credit_study":  # the study's SFT policies (reused), GRPO with the variant's credit
+        assert experiment.methods == ("sft", "grpo") and experiment.env.eval_tasks is None
+        assert (experiment.grpo.advantage, experiment.grpo.dead_groups) == (
+            ("episode", "none") if arg == "episode" else ("gigpo", "pairs")
+        )
     if name.startswith("paper"):
         assert experiment.sft.learning_rate == 2e-5 and experiment.sft.epochs == 3
         assert experiment.dpo.betas == (0.1,) and experiment.iterations == (5 if arg == "sql" else 3)
