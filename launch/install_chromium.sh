@@ -10,20 +10,10 @@ if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&
   exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install_chromium: chromium or chromedriver is missing and apt-get is not available; install them by hand" >&2
-  exit 1
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-    echo "install_chromium: chromium or chromedriver is missing and installing them needs root (no sudo found)" >&2
-    exit 1
-  fi
-fi
-echo "install_chromium: installing chromium and chromium-driver with apt-get"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver
+here=${BASH_SOURCE[0]%/*}
+[ "${here}" = "${BASH_SOURCE[0]}" ] && here=.
+source "${here}/apt_install.sh"
+apt_install install_chromium "chromium or chromedriver" chromium chromium-driver
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   echo "install_chromium: apt-get finished but chromium or chromedriver is not on PATH" >&2
   exit 1

@@ -17,20 +17,10 @@ if command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 11 ] 2>/dev/null; th
   exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install_java: Java >= 11 is missing and apt-get is not available; install a JRE >= 11 by hand" >&2
-  exit 1
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-    echo "install_java: Java >= 11 is missing and installing it needs root (no sudo found)" >&2
-    exit 1
-  fi
-fi
-echo "install_java: installing default-jre-headless with apt-get"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends default-jre-headless
+here=${BASH_SOURCE[0]%/*}
+[ "${here}" = "${BASH_SOURCE[0]}" ] && here=.
+source "${here}/apt_install.sh"
+apt_install install_java "Java >= 11" default-jre-headless
 if [ "$(java_major)" -lt 11 ]; then
   echo "install_java: the installed Java is older than 11: $(java -version 2>&1 | head -n 1)" >&2
   exit 1
