@@ -1,9 +1,8 @@
 """Pure loss functions of "Co-Evolving Agents" (arXiv 2511.22254), importable by any JAX project.
 
-Every function takes and returns plain arrays: no Flax, no globals, safe under jit, vmap and grad. Math is
-float32 even when logits or hidden states arrive in bfloat16. The equations' entry points check their inputs'
-shapes with chex when traced (no cost under jit), so a mis-shaped input fails naming the function instead of
-broadcasting silently.
+Plain arrays in and out: no Flax, no globals, safe under jit, vmap and grad; float32 math even from bfloat16
+inputs. Entry points check shapes with chex when traced (free under jit): a mis-shaped input fails naming
+the function instead of broadcasting silently.
 
 Shape legend: B batch (sequences or pairs), T tokens, V vocabulary, D hidden size, N = B*T flattened tokens.
 
@@ -237,7 +236,9 @@ def group_advantages(rewards_GxK: jax.Array, *, scale: str = "group", eps: float
     chex.assert_rank(rewards_GxK, 2, custom_message="group_advantages: rewards [G, K]")
     rewards = _at_least_float32(rewards_GxK)
     group_size = rewards.shape[-1]
-    centred = rewards - jnp.mean(rewards, axis=-1, keepdims=True)
+    # equal rewards give exactly 0 (a float32 mean of 8 x 0.3 is not 0.3: a spurious +0.03 advantage)
+    equal = jnp.max(rewards, axis=-1, keepdims=True) == jnp.min(rewards, axis=-1, keepdims=True)
+    centred = jnp.where(equal, 0.0, rewards - jnp.mean(rewards, axis=-1, keepdims=True))
     if scale == "none":
         return centred
     if group_size < 2:
@@ -254,10 +255,9 @@ def discounted_returns(step_rewards_BxS: jax.Array, step_mask_BxS: jax.Array, ga
     chex.assert_equal_shape([step_rewards_BxS, step_mask_BxS], custom_message=message)
     rewards, keep = _at_least_float32(step_rewards_BxS), step_mask_BxS.astype(bool)
 
-    def back(after_B, step):
-        reward_B, keep_B = step
-        here = jnp.where(keep_B, reward_B + gamma * after_B, 0.0)
-        return jnp.where(keep_B, here, after_B), here
+    def back(after_B, step):  # (return after this step, this step's) -> (carry, output)
+        here = jnp.where(step[1], step[0] + gamma * after_B, 0.0)
+        return jnp.where(step[1], here, after_B), here
 
     _, returns_SxB = jax.lax.scan(back, jnp.zeros(rewards.shape[0]), (rewards.T, keep.T), reverse=True)
     return returns_SxB.T
@@ -268,15 +268,16 @@ def step_group_advantages(
 ) -> jax.Array:
     """GiGPO's step-level advantage of each value in its group (`group_ids`, ints in [0, N): steps of a task's
     episodes from one environment state), [N] float32: (v - group mean) / (group std, ddof=1, + eps), or
-    `scale="none"`: v - group mean. A group of one step has no relative signal: its advantage is 0."""
+    `scale="none"`: v - group mean. A group of one step, or of equal values, has no signal: 0."""
     if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"scale {scale!r} not in {ADVANTAGE_SCALES}")
     chex.assert_rank([values_N, group_ids_N], 1, custom_message="step_group_advantages: [N]")
     chex.assert_equal_shape([values_N, group_ids_N], custom_message="step_group_advantages: [N]")
-    values, n = _at_least_float32(values_N), values_N.shape[0]
-    total = lambda x: jax.ops.segment_sum(x, group_ids_N, num_segments=n)[group_ids_N]  # noqa: E731
+    values, n, ids = _at_least_float32(values_N), values_N.shape[0], group_ids_N
+    total = lambda x: jax.ops.segment_sum(x, ids, n)[ids]  # noqa: E731
     count = total(jnp.ones_like(values))
-    centred = values - total(values) / count
+    equal = jax.ops.segment_max(values, ids, n)[ids] == jax.ops.segment_min(values, ids, n)[ids]
+    centred = jnp.where(equal, 0.0, values - total(values) / count)
     if scale == "none":
         return centred
     std = jnp.sqrt(total(centred**2) / jnp.maximum(count - 1.0, 1.0))

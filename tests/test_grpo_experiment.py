@@ -246,3 +246,16 @@ def test_a_grpo_run_killed_midway_resumes_to_the_same_records(grpo_run, tmp_path
     assert resumed["methods"] == results["methods"]
     expected = json.loads((workdir / "grpo" / "history.json").read_text())
     assert json.loads((tmp_path / "grpo" / "history.json").read_text()) == expected
+
+
+def test_dropping_signal_less_groups_keeps_a_dead_group_gigpo_gives_signal():
+    """`drop_equal_groups` drops the groups without any advantage: with GiGPO, an equal-reward group whose
+    episodes reached a sub-goal at different steps is kept."""
+    timing = [_multi_step("t", k, [0.0, 0.5], ["start", f"after{k}"]) for k in range(3)]
+    timing.append(_multi_step("t", 3, [0.5, 0.5], ["start", "after3"]))
+    flat = [_multi_step("f", k, [0.0, 0.0], ["start", f"f{k}"]) for k in range(4)]
+    for advantage, kept in (("episode", 0), ("gigpo", 4)):
+        cfg = GRPOConfig(advantage=advantage, drop_equal_groups=True)
+        examples, stats = grpo.grpo_examples(timing + flat, cfg, max_length=64)
+        assert stats.equal_reward_groups == 2 and stats.dropped_groups == 2 - kept // 4
+        assert len(examples) == kept

@@ -273,3 +273,15 @@ def test_mis_shaped_inputs_are_named_not_broadcast():
             losses.grpo_loss(*bad)
         with pytest.raises(AssertionError, match="grpo_loss"):
             jax.jit(losses.grpo_loss)(*bad)
+
+
+def test_equal_rewards_that_float32_cannot_average_exactly_get_zero_advantage():
+    """8 x 0.3 has a float32 mean one ulp off 0.3: without care every member gets the same +0.03 advantage,
+    a bias with no signal. Equal groups are exactly 0, at group and at step level."""
+    for value in (0.3, 0.1, 0.7, 1 / 3, 2 / 3):
+        for scale in losses.ADVANTAGE_SCALES:
+            rewards = np.full((3, 8), value, np.float32)
+            assert not np.any(np.asarray(losses.group_advantages(rewards, scale=scale)))
+            values = np.full(8, value, np.float32)
+            ids = np.array([0, 0, 0, 1, 1, 2, 2, 2])
+            assert not np.any(np.asarray(losses.step_group_advantages(values, ids, scale=scale)))

@@ -154,7 +154,8 @@ class GRPOConfig:
     temperature: float = 0.9
     aggregation: str = "token_mean"  # | "sequence_mean" | "sum_norm" (Dr. GRPO)
     advantage_scale: str = "group"  # | "none" (Dr. GRPO: r - mean)
-    drop_equal_groups: bool = False  # drop tasks whose K rewards are all equal (no signal; fraction logged)
+    # drop tasks with no advantage on any token (equal rewards; with GiGPO, no step signal either)
+    drop_equal_groups: bool = False
     # "episode": every token of an episode gets its group-relative advantage; "gigpo" (arXiv 2505.10978): each
     # reply's tokens also get `step_weight` (omega) x its step advantage, the discounted return (`gamma`) from
     # that reply against the other replies of the task's episodes written in the same environment state

@@ -6,10 +6,10 @@ A GRPO step (CoEvolve eq. 1, settings in `config.GRPOConfig`):
 2. samples K episodes of each with the current policy at `grpo.temperature` (no top-p). The actor records
    every episode's exact token ids and the sampler's log-prob of each sampled token (`Trajectory.tokens`);
 3. computes each task's group-relative advantages (`losses.group_advantages`) over its usable episodes
-   (episodes that ended in an environment error or at the context limit are left out), logs the fraction
-   of groups whose rewards are all equal (no signal) and, with `drop_equal_groups`, drops them; with
-   `advantage="gigpo"` each reply also gets its step-level advantage (`experiment.gigpo`), and the step logs
-   how many episodes carried any signal;
+   (episodes that ended in an environment error or at the context limit are left out) and logs the fraction
+   of groups whose rewards are all equal; with `advantage="gigpo"` each reply also gets its step-level
+   advantage (`experiment.gigpo`); with `drop_equal_groups` the groups left without any advantage are
+   dropped; the step logs how many episodes carried any signal;
 4. trains on the episodes' recorded ids (`grpo_rows.sampled_sequence`, never re-tokenised): length-bucketed
    batches of `batch_size` episodes, each scored once by the reference (the SFT policy; skipped when
    `beta` is 0) and updated `updates_per_batch` (mu) times by the `StepKind.GRPO` step. The sampler's
@@ -112,7 +112,7 @@ class GroupStats:
 
     groups: int
     equal_reward_groups: int  # all rewards equal: zero advantages, no policy-gradient signal
-    dropped_groups: int  # equal-reward groups left out (`drop_equal_groups`)
+    dropped_groups: int  # groups without any advantage left out (`drop_equal_groups`)
     episodes: int
     unusable_episodes: int  # environment error or context limit: not in any group
     trained_episodes: int
@@ -136,24 +136,23 @@ def grpo_examples(
     usable = [t for t in trajectories if rollouts.is_usable(t) and t.tokens is not None]
     for trajectory in usable:
         groups[trajectory.task_id].append(trajectory)
-    trained: list[tuple[Trajectory, float]] = []
-    equal, dropped, over_long = 0, 0, 0
-    for members in groups.values():
-        rewards = np.asarray([[t.reward for t in members]], np.float32)
-        if np.all(rewards == rewards[0, 0]):
-            equal += 1
-            if cfg.drop_equal_groups:
-                dropped += 1
-                continue
-        advantages = np.asarray(losses.group_advantages(rewards, scale=cfg.advantage_scale))[0]
-        trained += zip(members, advantages.tolist(), strict=True)
-    if cfg.advantage == "gigpo" and trained:
-        steps = gigpo.step_advantages([t for t, _ in trained], cfg)
-        advantages = [a + cfg.step_weight * s for (_, a), s in zip(trained, steps, strict=True)]
+    members_of = list(groups.values())
+    rewards = [np.asarray([[t.reward for t in members]], np.float32) for members in members_of]
+    episode = [np.asarray(losses.group_advantages(r, scale=cfg.advantage_scale))[0] for r in rewards]
+    if cfg.advantage == "gigpo" and usable:
+        steps = iter(gigpo.step_advantages([t for m in members_of for t in m], cfg))
+        per_group = [[a + cfg.step_weight * next(steps) for a in group.tolist()] for group in episode]
     else:
-        advantages = [a for _, a in trained]
+        per_group = [group.tolist() for group in episode]
+    trained, equal, dropped, over_long = [], 0, 0, 0
+    for members, advantages in zip(members_of, per_group, strict=True):
+        equal += len({t.reward for t in members}) == 1
+        if cfg.drop_equal_groups and not any(np.any(np.asarray(a) != 0) for a in advantages):
+            dropped += 1  # no advantage anywhere: nothing to learn (GiGPO may still find some)
+            continue
+        trained += zip(members, advantages, strict=True)
     examples, signal = [], 0
-    for (trajectory, _), advantage in zip(trained, advantages, strict=True):
+    for trajectory, advantage in trained:
         example = sampled_sequence(trajectory, advantage, max_length=max_length)
         if example is None:
             over_long += 1
