@@ -137,6 +137,15 @@ class Attempt:
         return cls(**{**data, "spec": spec})
 
 
+def env_name(env_factory: Callable[[], Environment]) -> str:
+    """The name of the environments `env_factory` makes (one is made and closed)."""
+    probe = env_factory()
+    try:
+        return probe.name
+    finally:
+        probe.close()
+
+
 def plan_round(
     records: Sequence[Trajectory], pool: TaskPool, env_name: str, config: CoEvolveConfig, seed: int
 ) -> RoundPlan:
@@ -284,11 +293,6 @@ def round(  # noqa: A001 (the one public verb of the module: `coevolve.round`)
     updated and saved. `synthesizer` overrides the one `config` names (the LLM path's, built once and reused,
     or a test's)."""
     start = time.perf_counter()
-    probe = env_factory()
-    try:
-        env_name = probe.name
-    finally:
-        probe.close()
-    plan = plan_round(records, pool, env_name, config, seed)
+    plan = plan_round(records, pool, env_name(env_factory), config, seed)
     attempts = run_attempts(plan, pool, env_factory, config, range(len(plan.attempts)), synthesizer)
     return finish_round(plan, attempts, pool, config, time.perf_counter() - start)

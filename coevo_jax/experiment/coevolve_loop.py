@@ -166,12 +166,7 @@ class CoEvolveLoop:
         plan's order into the pool, which every process then reads back: the pool is the one 1 process
         makes."""
         start, count, rank = time.perf_counter(), processes.count(), processes.rank()
-        probe = self.make_env()
-        try:
-            env_name = probe.name
-        finally:
-            probe.close()
-        plan = rounds.plan_round(records, self.pool, env_name, self.config, self.seed)
+        plan = rounds.plan_round(records, self.pool, rounds.env_name(self.make_env), self.config, self.seed)
         mine = rounds.run_attempts(
             plan, self.pool, self.make_env, self.config, range(rank, len(plan.attempts), count)
         )

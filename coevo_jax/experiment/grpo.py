@@ -26,7 +26,6 @@ and samples its episodes with the same seeds (the run seed and n), so runs diffe
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
@@ -132,11 +131,8 @@ def grpo_examples(
 ) -> tuple[list, GroupStats]:
     """The training rows of one step (`SampledSequence`s with their group-relative advantages, per reply with
     GiGPO's step advantages added when `cfg.advantage` is "gigpo") and stats."""
-    groups: dict[str, list[Trajectory]] = collections.defaultdict(list)
     usable = [t for t in trajectories if rollouts.is_usable(t) and t.tokens is not None]
-    for trajectory in usable:
-        groups[trajectory.task_id].append(trajectory)
-    members_of = list(groups.values())
+    members_of = dead_groups.task_groups(usable)
     rewards = [np.asarray([[t.reward for t in members]], np.float32) for members in members_of]
     episode = [np.asarray(losses.group_advantages(r, scale=cfg.advantage_scale))[0] for r in rewards]
     if cfg.advantage == "gigpo" and usable:
@@ -160,7 +156,7 @@ def grpo_examples(
         examples.append(example)
         signal += bool(np.any(example.token_advantages() != 0))
     stats = GroupStats(
-        groups=len(groups),
+        groups=len(members_of),
         equal_reward_groups=equal,
         dropped_groups=dropped,
         episodes=len(trajectories),
