@@ -15,7 +15,7 @@ from coevo_jax.envs.intercode_sql.db import (
     parse_values,
 )
 from coevo_jax.envs.intercode_sql.mysql import install as install_mysql_compat
-from coevo_jax.envs.intercode_sql.sandbox import QueryTimeout, SqlError, SqlSandbox, TruncatedRows, _Watchdog
+from coevo_jax.envs.intercode_sql.sandbox import QueryTimeout, SqlError, SqlSandbox, TruncatedRows, Watchdog
 
 
 # -- the dump --------------------------------------------------------------------------------------------
@@ -144,12 +144,12 @@ def test_the_watchdog_interrupts_at_its_deadline_and_never_after_stop():
     )  # no progress handler: only the watchdog
     endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
     start = time.monotonic()
-    watchdog = _Watchdog(connection, 0.3)
+    watchdog = Watchdog(connection.interrupt, 0.3)
     with pytest.raises(sqlite3.OperationalError, match="interrupted"):
         connection.execute(endless)
     watchdog.stop()
     assert 0.25 < time.monotonic() - start < 2.0
-    _Watchdog(connection, 0.2).stop()
+    Watchdog(connection.interrupt, 0.2).stop()
     time.sleep(0.3)
     counted = (
         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10) SELECT max(x) FROM c"

@@ -74,19 +74,22 @@ class TruncatedRows(list):
         self.max_result_bytes = max_result_bytes
 
 
-class _Watchdog:
-    """Interrupts `connection` after `timeout_s` unless stopped first (never after `stop` returns)."""
+class Watchdog:
+    """Calls `action()` after `delay_s` unless stopped first (`fired` says whether it did); `stop` waits for
+    an action under way, so none runs after it returns. The SQLite backend interrupts its connection, the
+    server backend kills the statement's thread."""
 
-    def __init__(self, connection: sqlite3.Connection, timeout_s: float):
-        self._connection, self._lock, self._active = connection, threading.Lock(), True
-        self._timer = threading.Timer(timeout_s, self._fire)
+    def __init__(self, action: Callable[[], object], delay_s: float):
+        self._action, self._lock, self._active, self.fired = action, threading.Lock(), True, False
+        self._timer = threading.Timer(delay_s, self._fire)
         self._timer.daemon = True
         self._timer.start()
 
     def _fire(self) -> None:
         with self._lock:
             if self._active:
-                self._connection.interrupt()
+                self.fired = True
+                self._action()
 
     def stop(self) -> None:
         with self._lock:
@@ -144,7 +147,7 @@ class SqlSandbox:
         """
         self._deadline = _statement.deadline = time.monotonic() + self.timeout_s
         self._unavailable = None
-        watchdog = _Watchdog(self._connection, self.timeout_s)
+        watchdog = Watchdog(self._connection.interrupt, self.timeout_s)
         try:
             cursor = self._connection.execute(sql)
             if cursor.description is None:

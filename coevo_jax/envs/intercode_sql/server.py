@@ -43,6 +43,7 @@ from coevo_jax.envs.intercode_sql.sandbox import (
     QueryTimeout,
     SqlError,
     TruncatedRows,
+    Watchdog,
     value_bytes,
 )
 from coevo_jax.envs.intercode_sql.statements import mariadb_error_message
@@ -93,28 +94,6 @@ class ServerError(SqlError):
 
 class _Lost(Exception):
     """The connection dropped before the statement was answered."""
-
-
-class _Watchdog:
-    """Calls `kill(thread_id)` after `delay_s` unless stopped first; `stop` waits for a kill under way."""
-
-    def __init__(self, kill, thread_id: int, delay_s: float):
-        self._kill, self._thread_id = kill, thread_id
-        self._lock, self._active, self.fired = threading.Lock(), True, False
-        self._timer = threading.Timer(delay_s, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _fire(self) -> None:
-        with self._lock:
-            if self._active:
-                self.fired = True
-                self._kill(self._thread_id)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._active = False
-        self._timer.cancel()
 
 
 class ServerSession:
@@ -177,7 +156,8 @@ class ServerSession:
         watchdog = None
         try:
             connection.select_db(db)
-            watchdog = _Watchdog(self._kill, connection.thread_id(), self.timeout_s + KILL_GRACE_S)
+            thread_id = connection.thread_id()
+            watchdog = Watchdog(lambda: self._kill(thread_id), self.timeout_s + KILL_GRACE_S)
             cursor = pymysql.cursors.SSCursor(connection)
             cursor.execute(sql)
             if cursor.description is None:
