@@ -71,6 +71,12 @@ def test_stage_outputs_name_the_policy_and_the_file_the_stages_write():
         (["model.lora_rank"], []),
         (["grpo.learning_rate"], SFT + RFT + ETO + COEVO),  # GRPO's and CoEvolve's stages are never reused
         (["coevolve.theta"], SFT + RFT + ETO + COEVO),
+        # other splits evaluated: every policy is kept, no evaluation
+        (
+            ["env.eval_splits", "env.eval_tasks"],
+            [s for s in SFT + RFT + ETO + COEVO if not s.startswith("eval/")],
+        ),
+        (["env.eval_task_subset", "dpo.betas"], [s for s in SFT + RFT if not s.startswith("eval/")]),
     ],
 )
 def test_a_difference_keeps_exactly_the_stages_it_cannot_change(changed, kept):
@@ -177,3 +183,22 @@ def test_a_reused_run_gives_the_results_of_a_fresh_run_without_redoing_sft(tmp_p
     assert stages["reused"]["train/sft_target"] == stages["first"]["train/sft_target"]  # copied
     assert stages["reused"]["train/eto_it1_target"]["learning_rate"] == 1e-1
     assert set(stages["reused"]) == set(stages["fresh"])
+
+
+@pytest.mark.slow  # three tiny runs, 2-3 min on 2 busy cores
+def test_a_run_evaluated_on_other_splits_trains_nothing_and_matches_a_fresh_run(tmp_path, monkeypatch):
+    methods = ("sft", "eto")
+    first = tiny_config(methods=methods, env={"eval_splits": ("test_seen",)})
+    second = tiny_config(methods=methods, env={"eval_splits": ("test_unseen",)})
+    run(first, str(tmp_path / "first"))
+    fresh = run(second, str(tmp_path / "fresh"))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a training phase ran in the run that only evaluates")
+
+    for phase in ("sft_phase", "dpo_phase"):
+        monkeypatch.setattr(phases, phase, no_training)
+    reused = run(second, str(tmp_path / "reused"), reuse_from=str(tmp_path / "first"))
+    assert _without_timings(reused["methods"]) == _without_timings(fresh["methods"])
+    assert not any(name.startswith("eval/") for name in reused["reused"]["stages"])
+    assert "train/eto_it1_target" in reused["reused"]["stages"]

@@ -14,6 +14,9 @@ Which stages a difference can change, judged by the policy a stage trains, explo
   `sft_target` and `sft_failure` are `sft`), e.g. `dpo.*` only the pair-trained families;
 * `EXPLORATION_FIELDS` (sampling temperature, explored tasks, ...): every `explore/` stage and every family
   but SFT, whose training and greedy evaluations never sample;
+* `EVALUATION_FIELDS` (which test splits, how many of their tasks): the `eval/` stages only, since no policy
+  trains or explores on an evaluation task; so a finished run's policies can be evaluated on other splits
+  (e.g. `dev`) without retraining them;
 * every other field (the model, the environment, SFT, sampling, the seed, ...) can change every stage, and
   nothing is reused.
 Families not listed, and `STATEFUL_FAMILIES` (GRPO and CoEvolve keep their step state and task pool outside the stage records), are
@@ -59,6 +62,9 @@ STATEFUL_FAMILIES = frozenset({"grpo", *ABLATIONS})
 # Fields only explorations read (greedy evaluations and behavioural cloning do not): they change every
 # `explore/` stage and every policy trained on explorations, but not the SFT policies or their evaluations.
 EXPLORATION_FIELDS = ("rollout.temperature", "rollout.top_p", "rollout.samples_per_task", "env.explore_tasks")
+# Fields only greedy evaluations read: which splits and tasks are evaluated. Training tasks, experts and
+# explorations are drawn without them (`run.run`), so they change the `eval/` stages and nothing else.
+EVALUATION_FIELDS = ("env.eval_splits", "env.eval_tasks", "env.eval_task_subset")
 _FAMILY = re.compile(r"(?P<family>.+)_it\d+_(?:target|failure)")
 
 
@@ -82,6 +88,7 @@ def family_local(field: str) -> bool:
     return (
         field in RUN_SHAPE_FIELDS
         or field in EXPLORATION_FIELDS
+        or field in EVALUATION_FIELDS
         or any(_reads(family, field) for family in FAMILY_FIELDS)
     )
 
@@ -90,6 +97,8 @@ def _stage_reads(name: str, family: str, field: str) -> bool:
     """Whether stage `name` of a `family` policy can depend on `field`."""
     if field in EXPLORATION_FIELDS:  # SFT's own training and greedy evaluations never explore
         return family not in ("base", "sft") or name.startswith("explore/")
+    if field in EVALUATION_FIELDS:
+        return name.startswith("eval/")
     return _reads(family, field)
 
 
