@@ -18,7 +18,8 @@ from coevo_jax.experiment.config import default_config
 ENVIRONMENTS = {
     "webshop": {"name": "webshop", "iterations": 3, "kwargs": {}},
     "sciworld": {"name": "sciworld", "iterations": 3, "kwargs": {"java_max_heap": "1g"}},
-    "sql": {"name": "intercode_sql", "iterations": 5, "kwargs": {}},
+    # `--config.env.kwargs.backend=mariadb`: InterCode's MySQL-family engine (`bash launch/mariadb.sh start`)
+    "sql": {"name": "intercode_sql", "iterations": 5, "kwargs": {"backend": "sqlite"}},
 }
 
 

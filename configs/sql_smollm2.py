@@ -67,5 +67,9 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
 
 
 def get_config() -> ConfigDict:
-    # Large result sets are cut so that observations stay within the context.
-    return smollm2_config("intercode_sql", {"max_observation_chars": 1000}, expert_tasks=96, rows=8)
+    # Large result sets are cut so that observations stay within the context. The embedded SQLite backend by
+    # default; `--config.env.kwargs.backend=mariadb` runs the statements on the project's MariaDB server
+    # (`bash launch/mariadb.sh start` first), the MySQL-family engine InterCode scores on.
+    return smollm2_config(
+        "intercode_sql", {"max_observation_chars": 1000, "backend": "sqlite"}, expert_tasks=96, rows=8
+    )

@@ -95,6 +95,10 @@ def test_every_config_file_builds_an_experiment_config(name, arg):
         assert (experiment.grpo.advantage, experiment.grpo.dead_groups) == (
             ("episode", "none") if arg == "episode" else ("gigpo", "pairs")
         )
+    if experiment.env.name == "intercode_sql":  # `--config.env.kwargs.backend=mariadb` needs the key there
+        assert dict(experiment.env.kwargs)["backend"] == "sqlite"
+        config.env.kwargs.backend = "mariadb"
+        assert dict(ExperimentConfig.from_mapping(config).env.kwargs)["backend"] == "mariadb"
     if name.startswith("paper"):
         assert experiment.sft.learning_rate == 2e-5 and experiment.sft.epochs == 3
         assert experiment.dpo.betas == (0.1,) and experiment.iterations == (5 if arg == "sql" else 3)
