@@ -75,6 +75,8 @@ def _load_config_module(path: pathlib.Path):
         ("sql_smollm2", None),
         ("sciworld_smollm2", None),
         ("bfcl_smollm2", None),
+        ("bfcl_credit_study", "episode"),
+        ("bfcl_credit_study", "both"),
         ("paper_llama2_7b", "webshop"),
         ("paper_llama2_7b", "sciworld"),
         ("paper_llama2_7b", "sql"),
@@ -90,8 +92,9 @@ def test_every_config_file_builds_an_experiment_config(name, arg):
         assert experiment.methods == PAPER_METHODS and experiment.match_exploration
         assert experiment.dpo.updates_per_phase is None and experiment.dpo.epochs == 3  # the paper's phases
         assert experiment.env.eval_tasks is None and not experiment.sft_per_token
-    if name == "grpo_credit_study":  # the study's SFT policies (reused), GRPO with the variant's credit
-        assert experiment.methods == ("sft", "grpo") and experiment.env.eval_tasks is None
+    if name.endswith("credit_study"):  # a run's SFT policies (reused), GRPO with the variant's credit
+        assert experiment.methods == ("sft", "grpo")
+        assert experiment.env.eval_tasks == (16 if name.startswith("bfcl") else None)
         assert (experiment.grpo.advantage, experiment.grpo.dead_groups) == (
             ("episode", "none") if arg == "episode" else ("gigpo", "pairs")
         )
