@@ -1,0 +1,143 @@
+"""The credit variants' table against direct counts on synthetic runs, and its paired contrasts."""
+
+import dataclasses
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from seeds import fresh_seed
+from test_data_export import episode
+
+from coevo_jax.analysis import grpo_credit
+from coevo_jax.data.records import write_trajectories
+from coevo_jax.envs.base import GRADED_SCORE
+from coevo_jax.experiment.config import EnvConfig, ExperimentConfig, GRPOConfig
+
+SPLITS = ["test_seen", "test_unseen"]
+VARIANTS = {"episode": ("episode", "none"), "pairs": ("episode", "pairs")}
+
+
+def _evals(rng):
+    out = {}
+    for split in SPLITS:
+        rewards = {f"{split}/{t}": float(rng.choice([0.0, 0.5, 1.0])) for t in range(10)}
+        values = list(rewards.values())
+        out[split] = {
+            "avg_reward": float(np.mean(values)),
+            "success_rate": float(np.mean([v == 1.0 for v in values])),
+            "task_rewards": rewards,
+        }
+    return out
+
+
+def _paired_episodes(group, max_pairs):
+    """Distinct episodes in the `max_pairs` largest-margin pairs of different graded scores (ties by ids)."""
+    score = lambda e: e.extra["metrics"][GRADED_SCORE]  # noqa: E731
+    pairs = [(a, b) for a, b in itertools.combinations(group, 2) if score(a) != score(b)]
+    pairs.sort(key=lambda p: -abs(score(p[0]) - score(p[1])))
+    taken = pairs[:max_pairs]
+    # which of the pairs tied at the cut-off margin are kept depends on the ids: count only when no tie is cut
+    cut = abs(score(taken[-1][0]) - score(taken[-1][1])) if taken else None
+    if len(pairs) > max_pairs and cut == abs(score(pairs[max_pairs][0]) - score(pairs[max_pairs][1])):
+        return None
+    return len({e.traj_id for p in taken for e in p})
+
+
+def _run(root, rng, variant, seed, steps=3, k=4):
+    """A finished credit run: K episodes of 3 tasks a step, rewards drawn from {0, 0.5, 1}."""
+    workdir = root / f"{variant}_{seed}"
+    (workdir / "grpo").mkdir(parents=True)
+    (workdir / "rollouts").mkdir()
+    advantage, dead = VARIANTS[variant]
+    config = ExperimentConfig(
+        seed=seed,
+        methods=("sft", "grpo"),
+        env=EnvConfig(eval_splits=tuple(SPLITS)),
+        grpo=GRPOConfig(advantage=advantage, dead_groups=dead, samples_per_task=k),
+    )
+    (workdir / "config.json").write_text(json.dumps(config.to_json()))
+    (workdir / "stages.json").write_text("{}")
+    history, expected = [], {"dead": [], "pairs_episodes": []}
+    for step in range(1, steps + 1):
+        episodes = []
+        for task in ("t0", "t1", "t2"):
+            rewards = rng.choice([0.0, 0.5, 1.0], size=k)
+            if task == "t0":  # a dead group: all failed with one reward
+                rewards[:] = 0.5
+            for s, reward in enumerate(rewards):
+                made = episode(f"s{step}_{task}_{s}", task, float(reward), "target", 1)
+                if task == "t0":  # the environment's graded score ranks the dead group's failures
+                    score = float(rng.choice([0.1, 0.2, 0.3, 0.4]))
+                    made = dataclasses.replace(made, extra={**made.extra, "metrics": {GRADED_SCORE: score}})
+                episodes.append(made)
+        write_trajectories(workdir / "rollouts" / f"grpo_step{step}_explore.jsonl", episodes)
+        signal = sum(len({e.reward for e in episodes if e.task_id == t}) > 1 for t in ("t0", "t1", "t2")) * k
+        history.append(
+            {"step": step, "episodes": 3 * k, "signal_episodes": signal, "reward": float(rng.uniform())}
+        )
+        dead = sum(
+            len({e.reward for e in episodes if e.task_id == t}) == 1
+            and all(e.reward < 1 for e in episodes if e.task_id == t)
+            for t in ("t0", "t1", "t2")
+        )
+        expected["dead"].append(dead)
+        expected["pairs_episodes"].append(_paired_episodes([e for e in episodes if e.task_id == "t0"], 4))
+    (workdir / "grpo" / "history.json").write_text(json.dumps(history))
+    results = {
+        "splits": SPLITS,
+        "methods": {
+            "SFT": {"iterations": [{"iteration": 0, "eval": _evals(rng)}]},
+            "GRPO": {
+                "iterations": [{"iteration": 1, "eval": _evals(rng)}, {"iteration": 2, "eval": _evals(rng)}]
+            },
+        },
+    }
+    (workdir / "results.json").write_text(json.dumps(results))
+    return workdir, history, results, expected
+
+
+def test_the_summary_counts_what_each_step_did(tmp_path):
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    workdir, history, results, expected = _run(tmp_path, rng, "pairs", 3)
+    summary = grpo_credit.run_summary(str(workdir))
+    assert (summary["variant"], summary["seed"], summary["iteration"]) == ("pairs", 3, 2), seed
+    assert [s["signal"] for s in summary["steps"]] == [h["signal_episodes"] for h in history]
+    assert [s["dead_groups"] for s in summary["steps"]] == expected["dead"], seed
+    for step, count in zip(summary["steps"], expected["pairs_episodes"], strict=True):
+        if count is not None:  # (a tie at the cut-off: the job's id order decides, not checked here)
+            assert step["dead_pair_episodes"] == count, seed
+        assert 0 < step["dead_pairs"] <= 4, seed
+    assert summary["eval"] == results["methods"]["GRPO"]["iterations"][1]["eval"]
+
+
+def test_the_paired_table_subtracts_the_same_seed(tmp_path):
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    runs = [grpo_credit.run_summary(str(_run(tmp_path, rng, v, s)[0])) for v in VARIANTS for s in (0, 1)]
+    table = grpo_credit.paired_table(runs, "episode")
+    by = {(r["variant"], r["seed"]): r for r in runs}
+    for split in SPLITS:
+        deltas = [
+            100
+            * (by["pairs", s]["eval"][split]["avg_reward"] - by["episode", s]["eval"][split]["avg_reward"])
+            for s in (0, 1)
+        ]
+        row = next(line for line in table.splitlines() if f"| pairs − episode | {split} |" in line)
+        assert ", ".join(f"{d:+.1f}" for d in deltas) in row, (seed, row)
+        assert f"{np.mean(deltas):+.1f} [" in row, (seed, row)
+    assert "| episode | 0, 1 |" in grpo_credit.variant_table(runs)
+    with pytest.raises(ValueError, match="baseline variant 'gigpo'"):
+        grpo_credit.paired_table(runs, "gigpo")
+
+
+def test_the_command_refuses_a_directory_that_is_no_run(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "coevo_jax.analysis.grpo_credit", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and str(tmp_path) in done.stderr
