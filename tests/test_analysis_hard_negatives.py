@@ -16,7 +16,8 @@ def _pairs(rng, n):
     out = []
     for i in range(n):
         low, high = sorted(rng.choice(np.round(np.linspace(0, 1, 11), 1), size=2, replace=False))
-        kind = FAILURE_VS_FAILURE if rng.random() < 0.5 else EXPERT_VS_TARGET
+        high = 1.0 if rng.random() < 0.5 else high  # an expert or a success on the chosen side
+        kind = FAILURE_VS_FAILURE if high < 1 else EXPERT_VS_TARGET
         chosen, rejected = (
             episode(f"{side}_{i}_0", "t0", r, "target", 1) for side, r in (("c", high), ("r", low))
         )
@@ -31,7 +32,7 @@ def test_counts_are_those_of_a_direct_count_at_every_threshold():
     thresholds = (0.6, 0.7, 0.8)
     counts = hard_negatives.threshold_counts(pairs, thresholds)
     rejected = np.array([p.rejected.reward for p in pairs])
-    failure = np.array([p.kind == FAILURE_VS_FAILURE for p in pairs])
+    failure = np.array([p.chosen.reward < 1 for p in pairs])
     assert counts["pairs"] == 200 and counts["failure_pairs"] == failure.sum(), seed
     for t in thresholds:
         assert counts["hard"][t] == (rejected >= t).sum(), (seed, t)

@@ -18,20 +18,21 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from coevo_jax.data.pairs import FAILURE_VS_FAILURE, PreferencePair
+from coevo_jax.data.pairs import PreferencePair
 from coevo_jax.experiment import run_data
 from coevo_jax.experiment.config import METHOD_TITLES
 from coevo_jax.experiment.reuse import policy_family
 from coevo_jax.reporting.results import agent_label
 
 DEFAULT_THRESHOLDS = (0.6, 0.7, 0.8)
+SUCCESS = 1.0  # a trajectory is a failure below it (the paper's r < 1)
 
 
 def threshold_counts(pairs: Iterable[PreferencePair], thresholds: Sequence[float]) -> dict:
-    """Pairs, failure-vs-failure pairs, and per threshold the pairs whose rejected reward reaches it (all kinds
-    and failure-vs-failure only)."""
+    """Pairs, failure pairs (both sides failed, r < 1: eq. 6's across agents, within one agent, dead groups'),
+    and per threshold the pairs whose rejected reward reaches it (all pairs, and failure pairs only)."""
     pairs = list(pairs)
-    failure_pairs = [p for p in pairs if p.kind == FAILURE_VS_FAILURE]
+    failure_pairs = [p for p in pairs if p.chosen.reward < SUCCESS]
     hard = lambda group, t: sum(p.rejected.reward >= t for p in group)  # noqa: E731
     return {
         "pairs": len(pairs),
