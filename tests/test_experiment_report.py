@@ -22,19 +22,20 @@ from coevo_jax.experiment.tensorboard import ScalarWriter, read_scalars
 from coevo_jax.reporting.figures import (
     STEP_WINDOW,
     failure_analysis_figure,
-    failure_series,
     grpo_steps_figure,
     plot_failure_analysis,
     plot_reward_curves,
     reward_curves_figure,
 )
+from coevo_jax.reporting.paired import failure_contrast
 from coevo_jax.reporting.report import write_reports
-from coevo_jax.reporting.results import aggregate_runs, final_scores
+from coevo_jax.reporting.results import aggregate_runs, failure_series, final_scores
 from coevo_jax.reporting.tables import (
     details_markdown,
     grpo_details_markdown,
     table_markdown,
     table_markdown_contrasts,
+    table_markdown_failure_contrasts,
     table_markdown_mean_std,
     table_markdown_paired,
 )
@@ -292,7 +293,7 @@ def test_cli_several_workdirs_print_mean_std_and_write_out(tmp_path):
     out = tmp_path / "mean.md"
     proc = run_cli(tmp_path / "0", tmp_path / "1", "--out", out)
     assert proc.returncode == 0, proc.stderr
-    contrasts = "\n" + table_markdown_contrasts(runs)
+    contrasts = "\n" + table_markdown_contrasts(runs) + "\n" + table_markdown_failure_contrasts(runs)
     expected = table_markdown_mean_std(runs) + "\n" + table_markdown_paired(runs, "SFT") + contrasts
     assert proc.stdout == out.read_text() == expected
     assert "| ETO − SFT | Seen |" in expected and "CoEvolving − ETO" in expected
@@ -548,3 +549,31 @@ def test_grpo_details_summarise_steps_and_rounds_over_seeds():
     assert grpo and grpo[0].rstrip(" |").endswith("— | — | — | — | — | —")
     assert grpo_details_markdown(make_results(seed=seed)) == ""  # no GRPO-trained method
     assert markdown in details_markdown(runs)
+
+
+def test_figure_two_paired_by_seed_against_a_direct_difference():
+    seed = fresh_seed()
+    methods = ("SFT", "ETO", "CoEvolving", "CoEvolving (frozen failure agent)")
+    runs = [make_results(seed=seed + k, methods=methods) for k in range(4)]
+    agent, baseline = "CoEvolving failure agent", "CoEvolving (frozen failure agent) failure agent"
+    contrast = failure_contrast(runs, agent, baseline)
+    assert sorted(contrast["iterations"]) == [1, 2, 3]
+    for iteration, cell in contrast["iterations"].items():
+        mine = [r["methods"]["CoEvolving"]["iterations"][iteration]["explore"]["failure"] for r in runs]
+        base = [
+            r["methods"]["CoEvolving (frozen failure agent)"]["iterations"][iteration]["explore"]["failure"]
+            for r in runs
+        ]
+        both = [(m, b) for m, b in zip(mine, base, strict=True) if m["failures"] and b["failures"]]
+        reward = np.array([100 * (m["failure_avg_reward"] - b["failure_avg_reward"]) for m, b in both])
+        got = [v for v in cell["failure_reward"]["per_seed"] if v is not None]
+        np.testing.assert_allclose(got, reward, err_msg=str(seed))
+        half = scipy.stats.t.ppf(0.975, len(runs) - 1) * reward.std(ddof=1) / math.sqrt(len(runs))
+        assert cell["failure_reward"]["low"] == pytest.approx(reward.mean() - half, abs=1e-6), seed
+        failures = [m["failures"] - b["failures"] for m, b in zip(mine, base, strict=True)]
+        assert cell["failures"]["mean"] == pytest.approx(np.mean(failures)), seed
+    text = table_markdown_failure_contrasts(runs)
+    assert "Figure 2 paired over 4 seeds" in text and "ETO target" in text
+    assert table_markdown_failure_contrasts([make_results(seed=seed, methods=("SFT", "ETO"))]) == ""
+    with pytest.raises(ValueError, match="'ETO target' is missing from runs \\[0\\]"):
+        failure_contrast([make_results(seed=seed, methods=("SFT", "CoEvolving"))], agent, "ETO target")

@@ -27,9 +27,9 @@ from coevo_jax.atomic_files import atomic_path
 from coevo_jax.coevolve.pool import PROVENANCES
 from coevo_jax.reporting.paired import mean_interval
 from coevo_jax.reporting.results import (
-    agent_label,
     as_runs,
     coevolve_rounds,
+    failure_series,
     percent,
     seeds_note,
     sorted_iterations,
@@ -127,26 +127,6 @@ def reward_curves_figure(results: Mapping | Sequence[Mapping]) -> Figure:
 def plot_reward_curves(results: Mapping | Sequence[Mapping], path: str | os.PathLike) -> Path:
     """Write Figure 3 (reward curves) as a PNG at `path`."""
     return _save_png(reward_curves_figure(results), path)
-
-
-def failure_series(results: Mapping) -> list[tuple[str, dict[int, Mapping]]]:
-    """(label, {iteration: explore stats}) per (method, agent) that explored at some iteration >= 1.
-
-    The stats are those on the train tasks the SFT policy failed (`on_sft_failed_tasks`, the paper's Figure
-    2) where the run recorded them, else those on every explored task.
-    """
-    series = []
-    for name, method in results["methods"].items():
-        agents: dict[str, dict[int, Mapping]] = {}
-        for it in sorted_iterations(method):
-            if it["iteration"] >= 1:
-                for agent, stats in (it.get("explore") or {}).items():
-                    if stats:
-                        stats = stats.get("on_sft_failed_tasks", stats)
-                        agents.setdefault(agent, {})[it["iteration"]] = stats
-        order = sorted(agents, key=lambda agent: (agent != "target", agent != "failure", agent))
-        series += [(agent_label(name, agent), agents[agent]) for agent in order]
-    return series
 
 
 def _has_sft_failed_scope(results: Mapping) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from coevo_jax.reporting.results import final_scores, score_row
+from coevo_jax.reporting.results import failure_series, final_scores, score_row
 
 # The study's questions (issue: "The paper's training"): does each step of the method add something?
 DEFAULT_CONTRASTS = (
@@ -24,6 +24,12 @@ DEFAULT_CONTRASTS = (
     ("CoEvolving", "CoEvolving (frozen failure agent)"),
     ("CoEvolving", "CoEvolving (positive agent)"),
     ("RFT", "SFT"),
+)
+# Figure 2's question, paired: does the trained failure agent fail more often, and closer to success, than
+# the frozen one (the same SFT policy never trained), and than ETO's target (the paper's comparison)?
+FAILURE_CONTRASTS = (
+    ("CoEvolving failure agent", "CoEvolving (frozen failure agent) failure agent"),
+    ("CoEvolving failure agent", "ETO target"),
 )
 
 
@@ -143,3 +149,41 @@ def paired_contrasts(
     """`paired_contrast` for each of `contrasts` whose two methods the runs have."""
     present = set(runs[0]["methods"])
     return [paired_contrast(runs, a, b) for a, b in contrasts if a in present and b in present]
+
+
+_NO_STAT = {"mean": None, "std": None, "n": 0, "low": None, "high": None}
+
+
+def failure_contrast(runs: Sequence[Mapping], agent: str, baseline: str) -> dict:
+    """`agent` minus `baseline` (Figure 2's series, `failure_series` labels) per seed at each iteration both
+    explored in every run: the failures on the train tasks the SFT policy failed, and their mean reward ×100
+    (None in a seed where either had no failure), each with `mean_interval`. Raises ValueError naming a series some run lacks."""
+    per_run = [dict(failure_series(run)) for run in runs]
+    for name in (agent, baseline):
+        missing = [i for i, series in enumerate(per_run) if name not in series]
+        if missing:
+            raise ValueError(f"series {name!r} is missing from runs {missing}")
+    iterations = sorted(set.intersection(*(set(s[agent]) & set(s[baseline]) for s in per_run)))
+    out = {"agent": agent, "baseline": baseline, "iterations": {}}
+    for iteration in iterations:
+        failures, reward = [], []
+        for series in per_run:
+            mine, base = series[agent][iteration], series[baseline][iteration]
+            failures.append(float(mine["failures"] - base["failures"]))
+            rewards = (mine["failure_avg_reward"], base["failure_avg_reward"])  # None: no failure to average
+            reward.append(None if None in rewards else 100.0 * (rewards[0] - rewards[1]))
+        present = [r for r in reward if r is not None]
+        out["iterations"][iteration] = {
+            "failures": {"per_seed": failures, **mean_interval(failures)},
+            # over the seeds where both agents failed at least once
+            "failure_reward": {"per_seed": reward, **(mean_interval(present) if present else _NO_STAT)},
+        }
+    return out
+
+
+def failure_contrasts(
+    runs: Sequence[Mapping], contrasts: Sequence[tuple[str, str]] = FAILURE_CONTRASTS
+) -> list:
+    """`failure_contrast` for each of `contrasts` whose two series every run has."""
+    series = [dict(failure_series(run)) for run in runs]
+    return [failure_contrast(runs, a, b) for a, b in contrasts if all(a in s and b in s for s in series)]

@@ -41,6 +41,7 @@ from coevo_jax.reporting.tables import (
     details_markdown,
     table_markdown,
     table_markdown_contrasts,
+    table_markdown_failure_contrasts,
     table_markdown_mean_std,
     table_markdown_paired,
 )
@@ -124,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.baseline in runs[0]["methods"]:
                 table += "\n" + table_markdown_paired(runs, args.baseline, names=names)
             table += "\n" + table_markdown_contrasts(runs)
+            failures = table_markdown_failure_contrasts(runs)
+            table += "\n" + failures if failures else ""
             if args.figures:
                 written = write_study_reports(runs, args.figures)
                 print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)

@@ -8,6 +8,7 @@ evaluation per split and, from iteration 1, what each agent's exploration produc
 * `aggregate_runs`: those cells as mean, sample std and count over several runs (seeds), via `sample_stat`.
 * `paired_differences`: each method's cells minus a baseline method's in the same run, over runs: seeds
   that move every method together (SFT's success swings with the seed) cancel out of the comparison.
+* `failure_series`: Figure 2's per-agent exploration stats by iteration;
 * `sorted_iterations`, `percent`, `as_runs`, `agent_label`, `split_label`, `seeds_note`: the small views
   both tables and figures use.
 * `coevolve_rounds`: a CoEvolve method's rounds (the `coevolve` lists of its iterations), for the pool figure.
@@ -214,3 +215,23 @@ def agent_label(method: str, agent: str) -> str:
     if agent == "failure":
         return f"{method} {'positive agent' if 'positive' in method.lower() else 'failure agent'}"
     return f"{method} {agent}"
+
+
+def failure_series(results: Mapping) -> list[tuple[str, dict[int, Mapping]]]:
+    """(label, {iteration: explore stats}) per (method, agent) that explored at some iteration >= 1.
+
+    The stats are those on the train tasks the SFT policy failed (`on_sft_failed_tasks`, the paper's Figure
+    2) where the run recorded them, else those on every explored task.
+    """
+    series = []
+    for name, method in results["methods"].items():
+        agents: dict[str, dict[int, Mapping]] = {}
+        for it in sorted_iterations(method):
+            if it["iteration"] >= 1:
+                for agent, stats in (it.get("explore") or {}).items():
+                    if stats:
+                        stats = stats.get("on_sft_failed_tasks", stats)
+                        agents.setdefault(agent, {})[it["iteration"]] = stats
+        order = sorted(agents, key=lambda agent: (agent != "target", agent != "failure", agent))
+        series += [(agent_label(name, agent), agents[agent]) for agent in order]
+    return series

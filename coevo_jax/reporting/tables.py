@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from coevo_jax.reporting.paired import DEFAULT_CONTRASTS, paired_contrasts
+from coevo_jax.reporting.paired import DEFAULT_CONTRASTS, failure_contrasts, paired_contrasts
 from coevo_jax.reporting.results import (
     agent_label,
     aggregate_runs,
@@ -159,6 +159,37 @@ def table_markdown_contrasts(
         "Δ SR [95 % CI]",
         "Tasks up / down",
     ]
+    return f"{title}\n\n{note}\n\n{_markdown(headers, rows)}\n"
+
+
+def table_markdown_failure_contrasts(runs: Sequence[Mapping]) -> str:
+    """Figure 2 paired by seed (`paired.failure_contrasts`): per iteration, the failure agent's failures on the
+    SFT-failed train tasks and their mean reward minus the baseline's, each seed's and the mean's 95 % interval;
+    "" when the runs lack the series."""
+    rows = []
+    for contrast in failure_contrasts(runs):
+        for iteration, cell in contrast["iterations"].items():
+            rows.append(
+                [
+                    _escape(f"{contrast['agent']} − {contrast['baseline']}"),
+                    str(iteration),
+                    ", ".join(f"{v:+.0f}" for v in cell["failures"]["per_seed"]),
+                    _interval(cell["failures"]),
+                    ", ".join(
+                        MISSING if v is None else f"{v:+.1f}" for v in cell["failure_reward"]["per_seed"]
+                    ),
+                    MISSING if cell["failure_reward"]["mean"] is None else _interval(cell["failure_reward"]),
+                ]
+            )
+    if not rows:
+        return ""
+    title = f"### Figure 2 paired over {len(runs)} seeds (agent − baseline, same seed)"
+    note = (
+        "Failures on the train tasks the SFT policy failed, and their mean reward ×100, at each iteration; "
+        "the mean's 95 % Student-t interval over the seeds in brackets."
+    )
+    headers = ["Contrast", "It.", "Δ failures per seed", "Δ failures [95 % CI]", "Δ failure reward per seed"]
+    headers.append("Δ failure reward [95 % CI]")
     return f"{title}\n\n{note}\n\n{_markdown(headers, rows)}\n"
 
 
