@@ -30,6 +30,7 @@ from coevo_jax.experiment.run_data import read_run
 from coevo_jax.experiment.store import read_json
 from coevo_jax.reporting.paired import decision_changes, mean_interval
 from coevo_jax.reporting.results import load_results, sorted_iterations
+from coevo_jax.reporting.tables import interval_cell, mean_std_cell
 
 VARIANT_NAMES = {
     ("episode", "none"): "episode",
@@ -88,13 +89,6 @@ def _share(steps: Sequence[Mapping], key: str) -> float:
     return 100.0 * sum(s[key] for s in steps) / max(sum(s["episodes"] for s in steps), 1)
 
 
-def _cell(values: Sequence[float], digits: int = 1) -> str:
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 def variant_table(runs: Sequence[Mapping]) -> str:
     """Per variant, mean ± std over its seeds."""
     splits = runs[0]["splits"]
@@ -108,15 +102,15 @@ def variant_table(runs: Sequence[Mapping]) -> str:
     for variant in [v for v in VARIANT_NAMES.values() if v in by_variant]:
         group = by_variant[variant]
         cells = [variant, ", ".join(str(r["seed"]) for r in group)]
-        cells.append(_cell([_share(r["steps"], "signal") for r in group]))
-        cells.append(_cell([_share(r["steps"], "dead_pair_episodes") for r in group]))
+        cells.append(mean_std_cell([_share(r["steps"], "signal") for r in group]))
+        cells.append(mean_std_cell([_share(r["steps"], "dead_pair_episodes") for r in group]))
         for key in ("dead_groups", "dead_pairs"):
-            cells.append(_cell([statistics.fmean(s[key] for s in r["steps"]) for r in group]))
-        cells.append(_cell([100 * statistics.fmean(s["reward"] for s in r["steps"]) for r in group]))
+            cells.append(mean_std_cell([statistics.fmean(s[key] for s in r["steps"]) for r in group]))
+        cells.append(mean_std_cell([100 * statistics.fmean(s["reward"] for s in r["steps"]) for r in group]))
         for split in splits:
-            reward = _cell([100 * r["eval"][split]["avg_reward"] for r in group])
-            success = _cell([100 * r["eval"][split]["success_rate"] for r in group], 0)
-            sft = _cell([100 * r["sft_eval"][split]["avg_reward"] for r in group])
+            reward = mean_std_cell([100 * r["eval"][split]["avg_reward"] for r in group])
+            success = mean_std_cell([100 * r["eval"][split]["success_rate"] for r in group], 0)
+            sft = mean_std_cell([100 * r["sft_eval"][split]["avg_reward"] for r in group])
             cells.append(f"{reward} / {success} ({sft})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -140,14 +134,11 @@ def paired_table(runs: Sequence[Mapping], baseline: str) -> str:
                 100 * (r["eval"][split]["avg_reward"] - base[r["seed"]]["eval"][split]["avg_reward"])
                 for r in mine
             ]
-            stat = mean_interval(deltas)
-            interval = "" if stat["low"] is None else f" [{stat['low']:+.1f}, {stat['high']:+.1f}]"
+            stat = interval_cell(mean_interval(deltas))
             moved = [decision_changes(r["eval"], base[r["seed"]]["eval"], split) for r in mine]
             moves = ", ".join("—" if m is None else f"{m['up']}/{m['down']}" for m in moved)
             per_seed = ", ".join(f"{d:+.1f}" for d in deltas)
-            lines.append(
-                f"| {variant} − {baseline} | {split} | {per_seed} | {stat['mean']:+.1f}{interval} | {moves} |"
-            )
+            lines.append(f"| {variant} − {baseline} | {split} | {per_seed} | {stat} | {moves} |")
     return "\n".join(lines)
 
 

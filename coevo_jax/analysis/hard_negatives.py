@@ -13,7 +13,6 @@ workdirs (seeds) the mean and standard deviation over them.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -23,6 +22,7 @@ from coevo_jax.experiment import run_data
 from coevo_jax.experiment.config import METHOD_TITLES
 from coevo_jax.experiment.reuse import policy_family
 from coevo_jax.reporting.results import agent_label
+from coevo_jax.reporting.tables import mean_std_cell
 
 DEFAULT_THRESHOLDS = (0.6, 0.7, 0.8)
 SUCCESS = 1.0  # a trajectory is a failure below it (the paper's r < 1)
@@ -57,11 +57,6 @@ def run_counts(workdir: str, thresholds: Sequence[float]) -> dict[str, dict]:
     return {key: threshold_counts(pairs, thresholds) for key, pairs in sorted(grouped.items())}
 
 
-def _cell(values: Sequence[float]) -> str:
-    mean = statistics.fmean(values)
-    return f"{mean:.1f}" if len(values) < 2 else f"{mean:.1f} ± {statistics.stdev(values):.1f}"
-
-
 def table(runs: Sequence[dict[str, dict]], thresholds: Sequence[float]) -> str:
     """A markdown table: per method and agent, pairs and hard negatives at each threshold, mean ± std over
     runs (a method missing from a run counts as absent there, not as zero)."""
@@ -71,10 +66,10 @@ def table(runs: Sequence[dict[str, dict]], thresholds: Sequence[float]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * (len(head) - 1)]
     for key in sorted({k for run in runs for k in run}):
         present = [run[key] for run in runs if key in run]
-        cells = [key, str(len(present)), _cell([r["pairs"] for r in present])]
-        cells.append(_cell([r["failure_pairs"] for r in present]))
-        cells += [_cell([r["hard"][t] for r in present]) for t in thresholds]
-        cells += [_cell([r["hard_failure_pairs"][t] for r in present]) for t in thresholds]
+        cells = [key, str(len(present)), mean_std_cell([r["pairs"] for r in present])]
+        cells.append(mean_std_cell([r["failure_pairs"] for r in present]))
+        cells += [mean_std_cell([r["hard"][t] for r in present]) for t in thresholds]
+        cells += [mean_std_cell([r["hard_failure_pairs"][t] for r in present]) for t in thresholds]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

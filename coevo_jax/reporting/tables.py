@@ -113,7 +113,7 @@ def table_markdown_paired(
     return f"{title}\n\n{note}\n\n{_markdown(['Method', *(header for header, _ in columns)], rows)}\n"
 
 
-def _interval(stat: Mapping) -> str:
+def interval_cell(stat: Mapping) -> str:
     if stat["low"] is None:
         return f"{stat['mean']:+.1f}"
     return f"{stat['mean']:+.1f} [{stat['low']:+.1f}, {stat['high']:+.1f}]"
@@ -139,8 +139,8 @@ def table_markdown_contrasts(
                     _escape(f"{contrast['method']} − {contrast['baseline']}"),
                     split_label(split),
                     ", ".join(f"{v:+.1f}" for v in cell["reward"]["per_seed"]),
-                    _interval(cell["reward"]),
-                    _interval(cell["success"]),
+                    interval_cell(cell["reward"]),
+                    interval_cell(cell["success"]),
                     _changes(cell["changes"]),
                 ]
             )
@@ -174,11 +174,13 @@ def table_markdown_failure_contrasts(runs: Sequence[Mapping]) -> str:
                     _escape(f"{contrast['agent']} − {contrast['baseline']}"),
                     str(iteration),
                     ", ".join(f"{v:+.0f}" for v in cell["failures"]["per_seed"]),
-                    _interval(cell["failures"]),
+                    interval_cell(cell["failures"]),
                     ", ".join(
                         MISSING if v is None else f"{v:+.1f}" for v in cell["failure_reward"]["per_seed"]
                     ),
-                    MISSING if cell["failure_reward"]["mean"] is None else _interval(cell["failure_reward"]),
+                    MISSING
+                    if cell["failure_reward"]["mean"] is None
+                    else interval_cell(cell["failure_reward"]),
                 ]
             )
     if not rows:
@@ -212,14 +214,14 @@ GRPO_HEADERS = (
 )
 
 
-def _stat(values: Sequence[float | None], digits: int = 1, scale: float = 1.0) -> str:
+def mean_std_cell(values: Sequence[float | None], digits: int = 1, scale: float = 1.0) -> str:
     """ "mean ± std" of `values` x `scale` (None entries skipped)."""
     return _format_stat(sample_stat([None if v is None else scale * v for v in values]), digits)
 
 
 def _round_total(rounds: Sequence[Sequence[Mapping]], key: str) -> str:
     """ "mean ± std" over runs of `key` summed over each run's rounds."""
-    return _stat([sum(r.get(key, 0) for r in rs) for rs in rounds], 0)
+    return mean_std_cell([sum(r.get(key, 0) for r in rs) for rs in rounds], 0)
 
 
 def grpo_details_markdown(results: Mapping | Sequence[Mapping]) -> str:
@@ -248,12 +250,12 @@ def grpo_details_markdown(results: Mapping | Sequence[Mapping]) -> str:
 
             if any(rounds):
                 coevolve = [
-                    _stat([len(rs) for rs in rounds], 0),
+                    mean_std_cell([len(rs) for rs in rounds], 0),
                     signals or "none",
                     _round_total(rounds, "explored"),
                     _round_total(rounds, "synthesized"),
                     _round_total(rounds, "verified"),
-                    _stat([rs[-1]["pool_size"] if rs else None for rs in rounds], 0),
+                    mean_std_cell([rs[-1]["pool_size"] if rs else None for rs in rounds], 0),
                 ]
             else:
                 coevolve = [MISSING] * 6
@@ -261,13 +263,13 @@ def grpo_details_markdown(results: Mapping | Sequence[Mapping]) -> str:
                 [
                     _escape(name),
                     str(k),
-                    _stat([t.get("steps") for t in train], 0),
-                    _stat([t.get("updates") for t in train], 0),
-                    _stat([t.get("avg_reward") for t in train], scale=100.0),
-                    _stat([t.get("success_rate") for t in train], scale=100.0),
-                    _stat([t.get("equal_reward_fraction") for t in train], scale=100.0),
-                    _stat([t.get("final_kl") for t in train], 3),
-                    _stat([t.get("final_clip_fraction") for t in train], 3),
+                    mean_std_cell([t.get("steps") for t in train], 0),
+                    mean_std_cell([t.get("updates") for t in train], 0),
+                    mean_std_cell([t.get("avg_reward") for t in train], scale=100.0),
+                    mean_std_cell([t.get("success_rate") for t in train], scale=100.0),
+                    mean_std_cell([t.get("equal_reward_fraction") for t in train], scale=100.0),
+                    mean_std_cell([t.get("final_kl") for t in train], 3),
+                    mean_std_cell([t.get("final_clip_fraction") for t in train], 3),
                     *coevolve,
                 ]
             )
@@ -348,14 +350,14 @@ def details_markdown(results: Mapping | Sequence[Mapping]) -> str:
                         _escape(name),
                         str(k),
                         agent_label(name, agent).removeprefix(f"{name} "),
-                        _stat([e.get("failures") for e in explored]),
-                        _stat([e.get("failure_avg_reward") for e in explored], scale=100.0),
-                        _stat([p.get("pairs") for p in pairs]),
-                        _stat([p.get("hard_negatives") for p in pairs]),
+                        mean_std_cell([e.get("failures") for e in explored]),
+                        mean_std_cell([e.get("failure_avg_reward") for e in explored], scale=100.0),
+                        mean_std_cell([p.get("pairs") for p in pairs]),
+                        mean_std_cell([p.get("hard_negatives") for p in pairs]),
                         by_kind or MISSING,
-                        _stat([t.get("final_reward_accuracy") for t in train], 2),
-                        _stat([t.get("final_reward_margin") for t in train], 2),
-                        _stat(cutoffs) if agent == "target" else MISSING,
+                        mean_std_cell([t.get("final_reward_accuracy") for t in train], 2),
+                        mean_std_cell([t.get("final_reward_margin") for t in train], 2),
+                        mean_std_cell(cutoffs) if agent == "target" else MISSING,
                     ]
                 )
     title = f"### What each iteration explored and trained on (`{runs[0].get('env', '?')}`{seeds_note(runs)})"
