@@ -363,13 +363,13 @@ def test_registry_builds_it(backend):
 
 
 # -- InterCode's recorded rewards and the experts ----------------------------------------------------------
-# Measured on SQLite 0.981 / 0.959 / 0.965: the rest are MySQL-vs-SQLite row order, MySQL-only errors
-# (ONLY_FULL_GROUP_BY, scalar subqueries of several rows) and DECIMAL result types. On MariaDB 0.991 / 0.984 /
-# 0.986: row order where MySQL's and MariaDB's plans differ, MySQL-only ONLY_FULL_GROUP_BY errors, GPT-4's
-# ALTER TABLEs that InterCode's server kept (docs/results.md#intercode-sql-reward-agreement).
+# Measured on SQLite 0.985 / 0.964 / 0.969: the rest are MySQL-vs-SQLite row order, MySQL-only errors
+# (scalar subqueries of several rows) and DECIMAL result types. On MariaDB 0.995 / 0.988 / 0.990: row order
+# where MySQL's and MariaDB's plans differ, ties, set operations' order, GPT-4's ALTER TABLEs that InterCode's
+# server kept (docs/results.md#intercode-sql-reward-agreement).
 _AGREEMENT_FLOORS = {  # turn, final reward, success
-    "sqlite": (0.975, 0.95, 0.96),
-    "mariadb": (0.989, 0.98, 0.982),
+    "sqlite": (0.984, 0.963, 0.968),
+    "mariadb": (0.994, 0.988, 0.989),
 }
 
 
@@ -386,9 +386,9 @@ def test_reward_agreement_with_intercodes_recorded_gpt4_rewards(backend_env, epi
 
 def test_experts_are_gpt4_wins_replayed_to_reward_one(env, episodes):
     trajectories, dropped = replay_experts(env, "train", episodes)
-    assert len(trajectories) == 464
+    assert len(trajectories) == 465  # 3 of them on tasks whose gold MySQL refuses: an empty result wins there
     reasons = collections.Counter(reason.split(" scored")[0] for reason in dropped.values())
-    assert reasons == {"GPT-4 never reached reward 1": 180, "replay": 17}
+    assert reasons == {"GPT-4 never reached reward 1": 180, "replay": 16}
     for trajectory in trajectories:
         assert trajectory.reward == 1.0 and trajectory.agent == "expert"
         assert parse_action(trajectory.actions[-1]) == "submit"

@@ -12,6 +12,7 @@ import time
 import pytest
 from mariadb_fixtures import require_backend
 
+from coevo_jax.envs.intercode_sql.db import build_databases, load_schema
 from coevo_jax.envs.intercode_sql.env import InterCodeSqlEnv
 from coevo_jax.envs.intercode_sql.experts import load_episodes
 from coevo_jax.envs.intercode_sql.group_by import unsorted_group_by
@@ -23,6 +24,7 @@ from coevo_jax.envs.intercode_sql.server import (
     ServerUnavailable,
     default_socket,
 )
+from coevo_jax.envs.intercode_sql.sqlite_backend import table_keys
 from coevo_jax.envs.intercode_sql.statements import mariadb_error_message
 
 
@@ -184,3 +186,23 @@ def test_row_order_checks_use_the_sqlite_copies(server_env):
     with pytest.raises(ValueError, match="reverse_scan is SQLite's"):
         server_env.run("concert_singer", "SELECT Name FROM singer", reverse_scan=True)
     assert server_env.run("concert_singer", "DESCRIBE singer")[0][:2] == ("Singer_ID", "int(11)")
+
+
+def test_mysqls_group_by_refusals_are_the_servers_too(server_env, cache):
+    """The server answers what MySQL's ONLY_FULL_GROUP_BY refuses only with MySQL's refusal (`full_group_by`),
+    from keys it reads from its own catalogue: the same columns and primary keys as the dump's."""
+    server_env.reset("710")  # its gold groups by country and selects id: MySQL refused it, so no gold rows
+    assert server_env.gold_rows("710") == []
+    observation = server_env.step("SELECT id FROM tv_channel GROUP BY country")[0]
+    assert observation.startswith("Error executing query: Expression #1 of SELECT list is not in GROUP BY")
+    assert server_env.step("SELECT id, count(*) FROM tv_channel GROUP BY id LIMIT 1")[0].startswith("[(")
+    backend = server_env._backend
+    schema = load_schema(build_databases(root=cache))
+    for db, tables in schema.items():
+        served = backend.tables(db)
+        assert served.keys() == tables.keys(), db
+        for name, columns in tables.items():
+            ours = table_keys(columns)
+            assert served[name].columns == ours.columns, (db, name)
+            primary = [c.name.lower() for c in columns if c.key == "PRI"]
+            assert not primary or frozenset(primary) in served[name].keys, (db, name)

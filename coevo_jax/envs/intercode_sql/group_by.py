@@ -34,9 +34,14 @@ def _is_filler(token: str) -> bool:
     return token.isspace() or token.startswith(("--", "#", "/*"))
 
 
+def sql_tokens(sql: str) -> list[str]:
+    """`sql` as tokens: quoted strings, identifiers and comments whole, spaces kept, in linear time."""
+    return [match.group(0) for match in _TOKEN.finditer(sql)]
+
+
 def unsorted_group_by(sql: str) -> str:
     """`sql` with `ORDER BY NULL` after every GROUP BY ... [HAVING ...] that no ORDER BY follows."""
-    tokens = [match.group(0) for match in _TOKEN.finditer(sql)]
+    tokens = sql_tokens(sql)
     words = [token.upper() for token in tokens]
     following = [""] * len(tokens)  # the next token that is not a space or a comment
     upcoming = ""

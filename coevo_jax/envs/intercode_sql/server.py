@@ -8,7 +8,8 @@ server; rows come back as InterCode's client returned them (DECIMAL as `Decimal`
 to MySQL 8's ways as far as a setting or a small addition reaches:
 - sql_mode is MySQL 8's default less ONLY_FULL_GROUP_BY: MySQL allows a column that the GROUP BY columns
   determine (through a primary key or an equality), MariaDB's check does not, and refuses 107 of InterCode's
-  1,034 gold queries, 63 of which certainly ran on MySQL (GPT-4 scored above 0 on them);
+  1,034 gold queries, 63 of which certainly ran on MySQL (GPT-4 scored above 0 on them); MySQL's own check
+  answers instead, from the database's keys (`full_group_by`);
 - a GROUP BY without ORDER BY is not sorted (`group_by`);
 - internal temporary tables are on disk, which makes the order of ties (`ORDER BY count(*) LIMIT 1`)
   repeatable: in memory MariaDB breaks them differently from one connection to the next;
@@ -37,6 +38,7 @@ import threading
 from pathlib import Path
 
 from coevo_jax.envs.intercode_sql.db import cache_root
+from coevo_jax.envs.intercode_sql.full_group_by import TableKeys, group_by_refusal
 from coevo_jax.envs.intercode_sql.group_by import unsorted_group_by
 from coevo_jax.envs.intercode_sql.sandbox import (
     TIMEOUT_MESSAGE,
@@ -225,6 +227,8 @@ class MariaDbBackend:
         self._control = ServerSession(self.socket, **self._limits, killer=None)  # runs the watchdog's KILLs
         self._control_lock = threading.Lock()
         self._control._connect()  # fail now, with the way to start the server, rather than mid-episode
+        self._catalogue = ServerSession(self.socket, **self._limits, killer=None)  # reads the tables' keys
+        self._tables: dict[str, dict[str, TableKeys]] = {}
 
     def answer(
         self, db: str, statement: str, *, session: str = "episode", reverse_scan: bool = False
@@ -238,6 +242,9 @@ class MariaDbBackend:
             self._sessions[session] = ServerSession(self.socket, **self._limits, killer=self._kill_query)
         runner = self._sessions[session]
         try:
+            refusal = group_by_refusal(statement, self.tables(db), db)
+            if refusal is not None:
+                return f"Error executing query: {refusal}"
             unsorted = unsorted_group_by(statement)
             if unsorted != statement:
                 try:
@@ -248,6 +255,22 @@ class MariaDbBackend:
             return runner.execute(db, statement)
         except SqlError as error:
             return f"Error executing query: {error}"
+
+    def tables(self, db: str) -> dict[str, TableKeys]:
+        """`db`'s tables (lower-case names) with their columns and keys, read from the server once."""
+        if db not in self._tables:
+            columns = self._catalogue.execute(
+                "information_schema",
+                "SELECT TABLE_NAME, COLUMN_NAME, IS_NULLABLE FROM COLUMNS WHERE TABLE_SCHEMA = "
+                f"{_quoted(db)} ORDER BY TABLE_NAME, ORDINAL_POSITION",
+            )
+            keys = self._catalogue.execute(
+                "information_schema",
+                "SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM STATISTICS WHERE NON_UNIQUE = 0 AND "
+                f"TABLE_SCHEMA = {_quoted(db)}",
+            )
+            self._tables[db] = tables_with_keys(columns or [], keys or [])
+        return self._tables[db]
 
     def _kill_query(self, thread_id: int) -> None:
         """Runs on the watchdog's thread: stops whatever the connection `thread_id` is running."""
@@ -271,3 +294,31 @@ class MariaDbBackend:
         self._sessions.clear()
         with self._control_lock:
             self._control.end()
+        self._catalogue.end()
+
+
+def _quoted(name: str) -> str:
+    return "'" + name.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def tables_with_keys(columns: list[tuple], keys: list[tuple]) -> dict[str, TableKeys]:
+    """TableKeys by lower-case table name from information_schema rows: (table, column, IS_NULLABLE) and
+    (table, unique index, column); a unique key counts only over NOT NULL columns, as in MySQL."""
+    declared: dict[str, list[str]] = {}
+    nullable: set[tuple[str, str]] = set()
+    for table, column, is_nullable in columns:
+        declared.setdefault(table.lower(), []).append(column)
+        if is_nullable == "YES":
+            nullable.add((table.lower(), column.lower()))
+    indexes: dict[tuple[str, str], set[str]] = {}
+    for table, index, column in keys:
+        indexes.setdefault((table.lower(), index), set()).add(column.lower())
+    result = {}
+    for table, names in declared.items():
+        unique = tuple(
+            frozenset(cols)
+            for (owner, _), cols in sorted(indexes.items())
+            if owner == table and not any((table, c) in nullable for c in cols)
+        )
+        result[table] = TableKeys(tuple(names), unique)
+    return result

@@ -4,6 +4,7 @@
 the dump's catalogue exactly as InterCode's MySQL 8 server printed them; every other statement runs in SQLite
 (`db` for how the copies keep MySQL's names, collation and row order; `mysql` for its functions) inside a
 `sandbox` (read-only, time- and size-limited), with SQLite's most common error messages reworded as MySQL's.
+What MySQL's ONLY_FULL_GROUP_BY refuses is refused first, from the catalogue's keys (`full_group_by`).
 `reverse_scan` runs a statement with SQLite's `reverse_unordered_selects`, which shows whether a result's row
 order is the table scan's.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from coevo_jax.envs.intercode_sql import mysql
 from coevo_jax.envs.intercode_sql.db import Column
+from coevo_jax.envs.intercode_sql.full_group_by import TableKeys, group_by_refusal
 from coevo_jax.envs.intercode_sql.sandbox import SqlError, SqlSandbox
 from coevo_jax.envs.intercode_sql.statements import (
     DESCRIBE,
@@ -44,6 +46,9 @@ class SqliteBackend:
         self._db_dir, self._schema = db_dir, schema
         self.timeout_s, self.max_rows, self.max_result_bytes = timeout_s, max_rows, max_result_bytes
         self._sandboxes: dict[tuple[str, bool], SqlSandbox] = {}
+        self._tables = {
+            db: {t: table_keys(cols) for t, cols in tables.items()} for db, tables in schema.items()
+        }
 
     def answer(
         self, db: str, statement: str, *, session: str = "episode", reverse_scan: bool = False
@@ -66,6 +71,9 @@ class SqliteBackend:
             if table not in self._schema[db]:
                 return f"Error executing query: {missing_table(db, table)}"
             return [column.describe_row() for column in self._schema[db][table]]
+        refusal = group_by_refusal(statement, self._tables.get(db, {}), db)
+        if refusal is not None:
+            return f"Error executing query: {refusal}"
         try:
             return self._sandbox(db, reverse_scan).execute(statement)
         except SqlError as error:
@@ -90,6 +98,14 @@ class SqliteBackend:
         for sandbox in self._sandboxes.values():
             sandbox.close()
         self._sandboxes.clear()
+
+
+def table_keys(columns: list[Column]) -> TableKeys:
+    """A table's keys as the catalogue shows them: the primary key, and each NOT NULL column DESCRIBE marks
+    unique (its first column: a wider unique key is taken as that column's, which can only admit more)."""
+    primary = frozenset(c.name.lower() for c in columns if c.key == "PRI")
+    unique = [frozenset({c.name.lower()}) for c in columns if c.key == "UNI" and not c.nullable]
+    return TableKeys(tuple(c.name for c in columns), tuple(([primary] if primary else []) + unique))
 
 
 def _reverse_scan_prepare(connection: sqlite3.Connection) -> None:
