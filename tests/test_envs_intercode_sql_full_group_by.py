@@ -100,6 +100,7 @@ def test_what_mysql_refuses_is_refused_with_its_message(sql, message):
         "SELECT Name FROM other.t GROUP BY Kind",  # another database's table
         "SELECT Name FROM t NATURAL JOIN u GROUP BY Kind",
         "SELECT Name, count(*) FROM (t) GROUP BY Kind (",  # unbalanced
+        "SELECT Name, count(" + "(" * 100_000 + "id" + ")" * 100_000 + ") FROM t GROUP BY Kind",  # too deep
     ],
 )
 def test_what_the_reading_does_not_model_is_left_to_the_server(sql):

@@ -45,6 +45,7 @@ _UNSURE_WORDS = frozenset({"OVER", "ROLLUP", "NATURAL", "USING", "WITH", "INDEX"
 _NUMBER = re.compile(r"\d+(\.\d*)?([eE][-+]?\d+)?$|\.\d+$")
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*$")
 _OUTER_REFERENCE = ("outer",)  # a column of an enclosing query block: constant within this one
+_MAX_DEPTH = 64  # parentheses nested deeper than this are not read (the reading recurses per level)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +94,8 @@ def _nest(tokens: list[str]) -> list:
     for token in tokens:
         if token == "(":
             stack.append([])
+            if len(stack) > _MAX_DEPTH:
+                raise _Unsure
         elif token == ")":
             if len(stack) == 1:
                 raise _Unsure
