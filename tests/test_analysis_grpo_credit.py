@@ -141,3 +141,42 @@ def test_the_command_refuses_a_directory_that_is_no_run(tmp_path):
         text=True,
     )
     assert done.returncode == 1 and str(tmp_path) in done.stderr
+
+
+def _sampled(rng):
+    return {
+        split: {
+            "reward": float(rng.uniform()),
+            "success_rate": float(rng.uniform()),
+            "difference": float(rng.uniform(-0.2, 0.2)),
+        }
+        for split in SPLITS
+    }
+
+
+def test_the_sampled_table_reads_each_runs_sampled_evaluation(tmp_path):
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    workdirs = [_run(tmp_path, rng, "episode", s)[0] for s in (0, 1)]
+    written = []
+    for workdir in workdirs:  # as analysis.sampled_eval writes it, the last GRPO policy beside the SFT policy
+        policies = {"sft_target": _sampled(rng), "grpo_it2_target": _sampled(rng)}
+        (workdir / "sampled_eval").mkdir()
+        summary = {"baseline": "sft_target", "samples": 4, "temperature": 0.9, "policies": policies}
+        (workdir / "sampled_eval" / "sampled_eval.json").write_text(json.dumps(summary))
+        written.append(policies)
+    other = _run(tmp_path, rng, "pairs", 0)[0]  # no sampled evaluation: left out of the table
+    runs = [grpo_credit.run_summary(str(w)) for w in [*workdirs, other]]
+    table = grpo_credit.sampled_table(runs)
+    row = next(line for line in table.splitlines() if line.startswith("| episode |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:3] == ["episode", "0, 1", "4 × 0.9"], (seed, row)
+    for index, split in enumerate(SPLITS):
+        rewards = [100 * p["grpo_it2_target"][split]["reward"] for p in written]
+        sft = [100 * p["sft_target"][split]["reward"] for p in written]
+        deltas = [100 * p["grpo_it2_target"][split]["difference"] for p in written]
+        assert cells[3 + index].startswith(f"{np.mean(rewards):.1f} ± {np.std(rewards, ddof=1):.1f} /"), seed
+        assert cells[3 + index].endswith(f"({np.mean(sft):.1f} ± {np.std(sft, ddof=1):.1f})"), seed
+        assert cells[3 + len(SPLITS) + index] == f"{np.mean(deltas):.1f} ± {np.std(deltas, ddof=1):.1f}", seed
+    assert "| pairs |" not in table
+    assert grpo_credit.sampled_table(runs[2:]) == ""

@@ -9,7 +9,10 @@ variant is read from each run's config (`grpo.advantage`, `grpo.dead_groups`). P
   saved episodes with the job's own `dead_groups.dead_group_pairs`, as the step built them);
 - dead groups per step (every variant's: a task whose K episodes all failed with one reward) and the
   dead-group pairs trained per step; the sampled reward per step (mean over steps);
-- greedy evaluation after the last iteration, reward and success per split, against the run's SFT policy.
+- greedy evaluation after the last iteration, reward and success per split, against the run's SFT policy;
+- where the run has one (`python -m coevo_jax.analysis.sampled_eval --workdir W --policies sft_target
+  grpo_it<N>_target`), the sampled evaluation of the last iteration's policy and of the SFT policy, with the
+  per-task difference between them.
 Then, paired by seed against `--baseline`: each seed's difference in final greedy reward per split, the mean's
 95 % t-interval, and the tasks whose reward moved up / down.
 """
@@ -27,6 +30,7 @@ from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.experiment import dead_groups, rollouts
 from coevo_jax.experiment.grpo import rollout_file
 from coevo_jax.experiment.run_data import read_run
+from coevo_jax.experiment.stages import SFT_TARGET
 from coevo_jax.experiment.store import read_json
 from coevo_jax.reporting.paired import decision_changes, mean_interval
 from coevo_jax.reporting.results import load_results, sorted_iterations
@@ -73,15 +77,34 @@ def run_summary(workdir: str) -> dict:
     results = load_results(os.path.join(workdir, "results.json"))
     grpo_iterations = sorted_iterations(results["methods"][METHOD])
     sft = results["methods"]["SFT"]["iterations"][0]["eval"]
+    iteration = grpo_iterations[-1]["iteration"]
     return {
         "workdir": workdir,
         "variant": VARIANT_NAMES[(grpo.advantage, grpo.dead_groups)],
         "seed": config.seed,
         "steps": steps,
-        "iteration": grpo_iterations[-1]["iteration"],
+        "iteration": iteration,
         "eval": grpo_iterations[-1]["eval"],
         "sft_eval": sft,
+        "sampled": sampled_summary(workdir, f"grpo_it{iteration}_target"),
         "splits": list(results["splits"]),
+    }
+
+
+def sampled_summary(workdir: str, policy: str) -> dict | None:
+    """The run's sampled evaluation of `policy` beside the SFT policy's (`analysis.sampled_eval`), if made."""
+    path = os.path.join(workdir, "sampled_eval", "sampled_eval.json")
+    if not os.path.exists(path):
+        return None
+    data = read_json(path)
+    policies = data.get("policies", {})
+    if data.get("baseline") != SFT_TARGET or policy not in policies:
+        return None
+    return {
+        "samples": data["samples"],
+        "temperature": data["temperature"],
+        "policy": policies[policy],
+        "sft": policies[SFT_TARGET],
     }
 
 
@@ -112,6 +135,34 @@ def variant_table(runs: Sequence[Mapping]) -> str:
             success = mean_std_cell([100 * r["eval"][split]["success_rate"] for r in group], 0)
             sft = mean_std_cell([100 * r["sft_eval"][split]["avg_reward"] for r in group])
             cells.append(f"{reward} / {success} ({sft})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def sampled_table(runs: Sequence[Mapping]) -> str:
+    """Per variant, over its seeds with a sampled evaluation: the last policy's sampled reward and success
+    per split, the SFT policy's, and the mean per-task difference between them."""
+    sampled = [r for r in runs if r["sampled"] is not None]
+    if not sampled:
+        return ""
+    splits = sampled[0]["splits"]
+    head = ["variant", "seeds", "samples × T"]
+    head += [f"{s}: sampled reward / SR (SFT)" for s in splits] + [f"{s}: Δ vs SFT" for s in splits]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    by_variant = defaultdict(list)
+    for run in sampled:
+        by_variant[run["variant"]].append(run)
+    for variant in [v for v in VARIANT_NAMES.values() if v in by_variant]:
+        group = by_variant[variant]
+        draws = sorted({f"{r['sampled']['samples']} × {r['sampled']['temperature']:g}" for r in group})
+        cells = [variant, ", ".join(str(r["seed"]) for r in group), ", ".join(draws)]
+        for split in splits:
+            reward = mean_std_cell([100 * r["sampled"]["policy"][split]["reward"] for r in group])
+            success = mean_std_cell([100 * r["sampled"]["policy"][split]["success_rate"] for r in group], 0)
+            sft = mean_std_cell([100 * r["sampled"]["sft"][split]["reward"] for r in group])
+            cells.append(f"{reward} / {success} ({sft})")
+        for split in splits:
+            cells.append(mean_std_cell([100 * r["sampled"]["policy"][split]["difference"] for r in group]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -152,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         runs = [run_summary(workdir) for workdir in args.workdirs]
         print(variant_table(runs))
+        sampled = sampled_table(runs)
+        if sampled:
+            print()
+            print(sampled)
         if any(r["variant"] == args.baseline for r in runs) and len({r["variant"] for r in runs}) > 1:
             print()
             print(paired_table(runs, args.baseline))
