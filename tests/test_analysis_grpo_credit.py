@@ -180,3 +180,28 @@ def test_the_sampled_table_reads_each_runs_sampled_evaluation(tmp_path):
         assert cells[3 + len(SPLITS) + index] == f"{np.mean(deltas):.1f} ± {np.std(deltas, ddof=1):.1f}", seed
     assert "| pairs |" not in table
     assert grpo_credit.sampled_table(runs[2:]) == ""
+
+
+def test_the_paired_table_pairs_sampled_evaluations_by_seed(tmp_path):
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    written = {}
+    for variant in VARIANTS:
+        for s in (0, 1):
+            workdir = _run(tmp_path, rng, variant, s)[0]
+            policies = {"sft_target": _sampled(rng), "grpo_it2_target": _sampled(rng)}
+            (workdir / "sampled_eval").mkdir()
+            summary = {"baseline": "sft_target", "samples": 2, "temperature": 1.0, "policies": policies}
+            (workdir / "sampled_eval" / "sampled_eval.json").write_text(json.dumps(summary))
+            written[variant, s] = policies["grpo_it2_target"]
+    runs = [grpo_credit.run_summary(str(tmp_path / f"{v}_{s}")) for v in VARIANTS for s in (0, 1)]
+    table = grpo_credit.paired_table(runs, "episode")
+    for split in SPLITS:
+        deltas = [
+            100 * (written["pairs", s][split]["reward"] - written["episode", s][split]["reward"])
+            for s in (0, 1)
+        ]
+        row = next(line for line in table.splitlines() if f"| pairs − episode | {split} |" in line)
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[5] == ", ".join(f"{d:+.1f}" for d in deltas), (seed, row)
+        assert cells[6].startswith(f"{np.mean(deltas):+.1f} ["), (seed, row)

@@ -168,12 +168,14 @@ def sampled_table(runs: Sequence[Mapping]) -> str:
 
 
 def paired_table(runs: Sequence[Mapping], baseline: str) -> str:
-    """Each variant against `baseline` on the same seeds: final greedy reward differences per split."""
+    """Each variant against `baseline` on the same seeds: final greedy reward differences per split, and the
+    sampled evaluations' where both runs of a seed have one (the same tasks and sampling seeds)."""
     base = {r["seed"]: r for r in runs if r["variant"] == baseline}
     if not base:
         raise ValueError(f"no run of the baseline variant {baseline!r}")
     head = ["contrast", "split", "Δ reward per seed", "Δ reward [95 % CI]", "tasks up / down per seed"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|"]
+    head += ["sampled Δ per seed", "sampled Δ [95 % CI]"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     for variant in VARIANT_NAMES.values():
         mine = sorted(
             (r for r in runs if r["variant"] == variant and r["seed"] in base), key=lambda r: r["seed"]
@@ -189,7 +191,21 @@ def paired_table(runs: Sequence[Mapping], baseline: str) -> str:
             moved = [decision_changes(r["eval"], base[r["seed"]]["eval"], split) for r in mine]
             moves = ", ".join("—" if m is None else f"{m['up']}/{m['down']}" for m in moved)
             per_seed = ", ".join(f"{d:+.1f}" for d in deltas)
-            lines.append(f"| {variant} − {baseline} | {split} | {per_seed} | {stat} | {moves} |")
+            sampled = [
+                100
+                * (
+                    r["sampled"]["policy"][split]["reward"]
+                    - base[r["seed"]]["sampled"]["policy"][split]["reward"]
+                )
+                for r in mine
+                if r["sampled"] is not None and base[r["seed"]]["sampled"] is not None
+            ]
+            sampled_seeds = ", ".join(f"{d:+.1f}" for d in sampled) or "—"
+            sampled_stat = interval_cell(mean_interval(sampled)) if sampled else "—"
+            lines.append(
+                f"| {variant} − {baseline} | {split} | {per_seed} | {stat} | {moves} | {sampled_seeds} | "
+                f"{sampled_stat} |"
+            )
     return "\n".join(lines)
 
 
