@@ -1,14 +1,15 @@
 """Credit where GRPO has none, on BFCL with SmolLM2: GRPO, GiGPO, GRPO with dead-group pairs and both
-(`grpo_credit_study.VARIANTS`), each from the SFT policy of a `bfcl_smollm2.py` run (its workdir seeds this one:
-`--reuse_from`), with that config's 2 GRPO steps of 4 tasks x K = 4 episodes and greedy evaluation on 16 test
-tasks. There the SFT policy's sampled episodes all score 0, so plain GRPO drops every group and makes no
-update; the question is which variant finds a gradient (BFCL's per-turn accuracy ranks dead groups'
-failures; GiGPO's step groups need different returns from one state). About 35 min a variant on 2 cores:
+(`grpo_credit_study.VARIANTS`), with `bfcl_smollm2.py`'s SFT (32 experts, two epochs), 2 GRPO steps of 4 tasks x
+K = 4 episodes and greedy evaluation on 16 test tasks. There the SFT policy's sampled episodes all score 0,
+so plain GRPO drops every group and makes no update; the question is which variant finds a gradient (BFCL's
+per-turn accuracy ranks dead groups' failures; GiGPO's step groups need different returns from one state).
+The first variant trains the SFT policy (about 25 min on 2 cores), the others start from it (`--reuse_from`,
+about 10 min each); docs/results.md, "Credit where GRPO has none":
 
-    python -m coevo_jax.main --config=configs/bfcl_smollm2.py --workdir=workdir_bfcl
-    for v in episode gigpo pairs both; do
+    python -m coevo_jax.main --config=configs/bfcl_credit_study.py:episode --workdir=workdir_bfcl_credit_episode
+    for v in gigpo pairs both; do
         python -m coevo_jax.main --config=configs/bfcl_credit_study.py:$v --workdir=workdir_bfcl_credit_$v \\
-            --reuse_from=workdir_bfcl; done
+            --reuse_from=workdir_bfcl_credit_episode; done
 """
 
 import os
