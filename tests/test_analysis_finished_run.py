@@ -50,6 +50,7 @@ def test_each_tool_runs_on_a_finished_run(workdir, tmp_path):
     for split in ("test_seen", "test_unseen"):
         assert baseline[split]["tasks"] == 2 and baseline[split]["episodes"] == 4
         assert baseline[split]["difference"] == 0.0 and baseline[split]["tasks_tied"] == 2  # itself
+        assert baseline[split]["graded_score"]["difference"] == 0.0  # the built-in grades sub-goal progress
         assert sampled["policies"]["grpo_it1_target"][split]["tasks"] == 2
 
     paired = grpo_paired_baseline.main(["--workdir", str(workdir), "--out", str(tmp_path)])

@@ -1,10 +1,14 @@
 """`coevo_jax.analysis.sampled_eval`'s paired per-task summary against a direct float64 NumPy count."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from seeds import fresh_seed
+from test_data_export import episode
 
 from coevo_jax.analysis import sampled_eval
+from coevo_jax.envs.base import GRADED_SCORE
 
 
 def test_paired_summary_against_numpy():
@@ -31,3 +35,13 @@ def test_paired_summary_against_numpy():
 def test_paired_summary_refuses_different_task_sets():
     with pytest.raises(ValueError, match="different tasks"):
         sampled_eval.paired_summary({"a": [1.0]}, {"b": [0.0]})
+
+
+def test_graded_scores_by_task_only_when_every_episode_has_one():
+    def graded(traj_id, task, score):
+        made = episode(traj_id, task, 0.0, "target", None)
+        return dataclasses.replace(made, extra={**made.extra, "metrics": {GRADED_SCORE: score}})
+
+    episodes = [graded("a0", "a", 0.25), graded("b0", "b", 0.0), graded("a1", "a", 0.5)]
+    assert sampled_eval.graded_by_task(episodes) == {"a": [0.25, 0.5], "b": [0.0]}
+    assert sampled_eval.graded_by_task([*episodes, episode("c0", "c", 1.0, "target", None)]) is None

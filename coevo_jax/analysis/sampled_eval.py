@@ -9,7 +9,10 @@ first policy listed, usually `sft_target`, is the baseline of paired, per-task d
         [--samples 4] [--temperature 0.9]
 
 Episodes go to `<workdir>/sampled_eval/<policy>_<split>.jsonl` (a rerun resumes them); the summary to
-`<workdir>/sampled_eval/sampled_eval.json` and stdout.
+`<workdir>/sampled_eval/sampled_eval.json` and stdout. Where the environment grades its episodes
+(`envs.base.GRADED_SCORE`: BFCL's per-turn accuracy, the built-in environment's sub-goal progress), the same
+paired summary is made of the graded score too (`graded_score`, its `reward` the mean graded score): on BFCL, where no policy solves a task, it is
+the only number that moves.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from coevo_jax.envs.base import GRADED_SCORE
 from coevo_jax.experiment import rollouts
 from coevo_jax.experiment.finished_run import open_run
 from coevo_jax.experiment.task_subsets import pick_tasks
@@ -29,6 +33,17 @@ from coevo_jax.experiment.task_subsets import pick_tasks
 def per_task_means(rewards: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """Each task's mean reward over its samples."""
     return {task: float(np.mean(values)) for task, values in rewards.items()}
+
+
+def graded_by_task(episodes) -> dict[str, list[float]] | None:
+    """Each task's graded scores (`GRADED_SCORE` in the episodes' metrics); None if an episode has none."""
+    by_task: dict[str, list[float]] = {}
+    for episode in episodes:
+        score = episode.extra.get("metrics", {}).get(GRADED_SCORE)
+        if score is None:
+            return None
+        by_task.setdefault(episode.task_id, []).append(float(score))
+    return by_task
 
 
 def paired_summary(policy: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]) -> dict:
@@ -78,9 +93,10 @@ def main(argv: list[str] | None = None) -> dict:
     }
     env.close()
     rewards: dict[str, dict[str, dict[str, list[float]]]] = {}
+    graded: dict[str, dict[str, dict[str, list[float]] | None]] = {}
     for name in args.policies:
         params = run.policy(name)
-        rewards[name] = {}
+        rewards[name], graded[name] = {}, {}
         for split, tasks in splits.items():
             episodes = rollouts.play(
                 setup,
@@ -99,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
             for episode in episodes:
                 by_task.setdefault(episode.task_id, []).append(float(episode.reward))
             rewards[name][split] = by_task
+            graded[name][split] = graded_by_task(episodes)
     run.close()
     baseline = args.policies[0]
     summary = {
@@ -112,6 +129,11 @@ def main(argv: list[str] | None = None) -> dict:
             for name in args.policies
         },
     }
+    for name in args.policies:
+        for split in splits:
+            mine, base = graded[name][split], graded[baseline][split]
+            if mine is not None and base is not None:
+                summary["policies"][name][split][GRADED_SCORE] = paired_summary(mine, base)
     with open(os.path.join(out, "sampled_eval.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(f"seed {cfg.seed}, {args.samples} samples per task at T = {args.temperature}; baseline {baseline}")
@@ -119,11 +141,15 @@ def main(argv: list[str] | None = None) -> dict:
     print("|---|---|---:|---:|---:|---|")
     for name, per_split in summary["policies"].items():
         for split, s in per_split.items():
-            se = s["difference_std_error"]
-            print(
-                f"| {name} | {split} | {s['reward']:.3f} | {100 * s['success_rate']:.1f} % | "
-                f"{s['difference']:+.3f} ({se or 0:.3f}) | {s['tasks_won']} / {s['tasks_lost']} / {s['tasks_tied']} |"
-            )
+            for label, row in ((split, s), (f"{split}, graded score", s.get(GRADED_SCORE))):
+                if row is None:
+                    continue
+                se = row["difference_std_error"]
+                success = "" if label != split else f"{100 * row['success_rate']:.1f} %"
+                print(
+                    f"| {name} | {label} | {row['reward']:.3f} | {success} | {row['difference']:+.3f} "
+                    f"({se or 0:.3f}) | {row['tasks_won']} / {row['tasks_lost']} / {row['tasks_tied']} |"
+                )
     return summary
 
 
