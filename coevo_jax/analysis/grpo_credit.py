@@ -112,6 +112,14 @@ def _share(steps: Sequence[Mapping], key: str) -> float:
     return 100.0 * sum(s[key] for s in steps) / max(sum(s["episodes"] for s in steps), 1)
 
 
+def _by_variant(runs: Sequence[Mapping]) -> list[tuple[str, list[Mapping]]]:
+    """The runs grouped by variant, variants in `VARIANT_NAMES` order."""
+    groups = defaultdict(list)
+    for run in runs:
+        groups[run["variant"]].append(run)
+    return [(variant, groups[variant]) for variant in VARIANT_NAMES.values() if variant in groups]
+
+
 def variant_table(runs: Sequence[Mapping]) -> str:
     """Per variant, mean ± std over its seeds."""
     splits = runs[0]["splits"]
@@ -119,11 +127,7 @@ def variant_table(runs: Sequence[Mapping]) -> str:
     head += ["dead groups / step", "dead-group pairs / step", "sampled reward / step"]
     head += [f"{s} reward / SR (SFT)" for s in splits]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    by_variant = defaultdict(list)
-    for run in runs:
-        by_variant[run["variant"]].append(run)
-    for variant in [v for v in VARIANT_NAMES.values() if v in by_variant]:
-        group = by_variant[variant]
+    for variant, group in _by_variant(runs):
         cells = [variant, ", ".join(str(r["seed"]) for r in group)]
         cells.append(mean_std_cell([_share(r["steps"], "signal") for r in group]))
         cells.append(mean_std_cell([_share(r["steps"], "dead_pair_episodes") for r in group]))
@@ -149,11 +153,7 @@ def sampled_table(runs: Sequence[Mapping]) -> str:
     head = ["variant", "seeds", "samples × T"]
     head += [f"{s}: sampled reward / SR (SFT)" for s in splits] + [f"{s}: Δ vs SFT" for s in splits]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    by_variant = defaultdict(list)
-    for run in sampled:
-        by_variant[run["variant"]].append(run)
-    for variant in [v for v in VARIANT_NAMES.values() if v in by_variant]:
-        group = by_variant[variant]
+    for variant, group in _by_variant(sampled):
         draws = sorted({f"{r['sampled']['samples']} × {r['sampled']['temperature']:g}" for r in group})
         cells = [variant, ", ".join(str(r["seed"]) for r in group), ", ".join(draws)]
         for split in splits:

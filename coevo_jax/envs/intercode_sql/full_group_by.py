@@ -21,7 +21,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from coevo_jax.envs.intercode_sql.group_by import sql_tokens
+from coevo_jax.envs.intercode_sql.group_by import SET_OPERATIONS, is_filler, sql_tokens
 
 AGGREGATES = frozenset(
     "COUNT SUM AVG MIN MAX GROUP_CONCAT STD STDDEV STDDEV_POP STDDEV_SAMP VARIANCE VAR_POP VAR_SAMP "
@@ -39,12 +39,12 @@ _SELECT_MODIFIERS = frozenset(
     "ALL DISTINCT DISTINCTROW HIGH_PRIORITY STRAIGHT_JOIN SQL_SMALL_RESULT SQL_BIG_RESULT SQL_BUFFER_RESULT "
     "SQL_NO_CACHE SQL_CALC_FOUND_ROWS".split()
 )
-_SET_OPERATIONS = frozenset({"UNION", "INTERSECT", "EXCEPT"})
 _CLAUSES = ("FROM", "WHERE", "GROUP", "HAVING", "WINDOW", "ORDER", "LIMIT", "INTO", "FOR", "LOCK")
 _UNSURE_WORDS = frozenset({"OVER", "ROLLUP", "NATURAL", "USING", "WITH", "INDEX", "KEY", "PARTITION"})
 _NUMBER = re.compile(r"\d+(\.\d*)?([eE][-+]?\d+)?$|\.\d+$")
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*$")
 _OUTER_REFERENCE = ("outer",)  # a column of an enclosing query block: constant within this one
+_INCOMPATIBLE = "this is incompatible with sql_mode=only_full_group_by"
 _MAX_DEPTH = 64  # parentheses nested deeper than this are not read (the reading recurses per level)
 
 
@@ -141,7 +141,7 @@ def _blocks(items: list, in_set_operation: bool = False) -> list[_Block]:
     """The SELECT blocks of a query's top level (operands of set operations in order)."""
     operands: list[list] = [[]]
     for item in items:
-        if _word(item) in _SET_OPERATIONS:
+        if _word(item) in SET_OPERATIONS:
             operands.append([])
         elif _word(item) in ("ALL", "DISTINCT") and not operands[-1] and len(operands) > 1:
             continue  # UNION ALL / UNION DISTINCT
@@ -227,34 +227,31 @@ def _instances(from_items: list, tables: Mapping[str, TableKeys]) -> tuple[list[
     """The FROM clause's table instances and its ON conditions."""
     instances: list[_Instance] = []
     conditions: list[list] = []
-    index = 0
+    index, end = 0, len(from_items)
     join_words = {"JOIN", "INNER", "CROSS", "LEFT", "RIGHT", "OUTER", "STRAIGHT_JOIN"}
-    while index < len(from_items):
+    while index < end:
         item = from_items[index]
         if isinstance(item, _Group):
             if not item.is_query():
                 raise _Unsure  # a parenthesised join
-            columns = _derived_columns(item)
-            index += 1
-            name = None
+            name, columns, keys = None, _derived_columns(item), ()
         else:
             name = _identifier(item)
             if name is None:
                 raise _Unsure
-            if index + 2 < len(from_items) and from_items[index + 1] == ".":
+            if index + 2 < end and from_items[index + 1] == ".":
                 raise _Unsure  # another database's table
             table = tables.get(name.lower())
             if table is None:
                 raise _Unsure
-            columns = {c.lower(): c for c in table.columns}
-            keys = table.keys
-            index += 1
-        if index < len(from_items) and _word(from_items[index]) == "AS":
+            columns, keys = {c.lower(): c for c in table.columns}, table.keys
+        index += 1
+        if index < end and _word(from_items[index]) == "AS":
             index += 1
         if (
-            index < len(from_items)
+            index < end
             and _identifier(from_items[index])
-            and _word(from_items[index]) not in (join_words | {"ON"})
+            and _word(from_items[index]) not in join_words | {"ON"}
         ):
             alias = _identifier(from_items[index])
             index += 1
@@ -262,31 +259,18 @@ def _instances(from_items: list, tables: Mapping[str, TableKeys]) -> tuple[list[
             raise _Unsure  # a derived table needs its alias
         else:
             alias = name
-        instances.append(_Instance(alias.lower(), columns, keys if isinstance(item, str) else ()))
-        # what joins it to the next
-        while index < len(from_items) and _word(from_items[index]) in join_words:
-            index += 1
-        if index < len(from_items) and from_items[index] == ",":
-            index += 1
-        elif index < len(from_items) and _word(from_items[index]) == "ON":
-            start = index + 1
-            index = start
-            while (
-                index < len(from_items)
-                and _word(from_items[index]) not in join_words
-                and from_items[index] != ","
-            ):
+        instances.append(_Instance(alias.lower(), columns, keys))
+        # what joins it to the next: its ON condition, join words or a comma
+        if index < end and _word(from_items[index]) == "ON":
+            start = index = index + 1
+            while index < end and _word(from_items[index]) not in join_words and from_items[index] != ",":
                 index += 1
             conditions.append(from_items[start:index])
-            while index < len(from_items) and _word(from_items[index]) in join_words:
-                index += 1
-            if index < len(from_items) and from_items[index] == ",":
-                index += 1
-        elif (
-            index < len(from_items)
-            and not isinstance(from_items[index], _Group)
-            and not _identifier(from_items[index])
-        ):
+        while index < end and _word(from_items[index]) in join_words:
+            index += 1
+        if index < end and from_items[index] == ",":
+            index += 1
+        elif index < end and not isinstance(from_items[index], _Group) and not _identifier(from_items[index]):
             raise _Unsure
     if not instances:
         raise _Unsure
@@ -347,7 +331,7 @@ class _Scope:
         return f"{db.lower()}.{instance.name}.{instance.columns[reference[1]]}"
 
 
-def _references(items: list, *, in_aggregate: bool = False) -> tuple[list[list[str]], bool]:
+def _references(items: list) -> tuple[list[list[str]], bool]:
     """Column references outside aggregates and subqueries, and whether an aggregate occurs."""
     found: list[list[str]] = []
     aggregated = False
@@ -464,6 +448,21 @@ def _determined(scope: _Scope, group_columns: set, conditions: list[list]) -> se
     return determined
 
 
+def _undirected(part: list) -> list:
+    """A GROUP BY / ORDER BY item without its ASC / DESC."""
+    while part and _word(part[-1]) in ("ASC", "DESC"):
+        part = part[:-1]
+    return part
+
+
+def _not_in_group_by(number: int, clause: str, column: str) -> str:
+    """MySQL's ER_WRONG_FIELD_WITH_GROUP_V2 message."""
+    return (
+        f"Expression #{number} of {clause} is not in GROUP BY clause and contains nonaggregated column "
+        f"'{column}' which is not functionally dependent on columns in GROUP BY clause; {_INCOMPATIBLE}"
+    )
+
+
 def _text(items: list) -> str:
     return " ".join(_text(i.items) if isinstance(i, _Group) else i.upper() for i in items)
 
@@ -481,20 +480,16 @@ def _refusal_of_block(block: _Block, tables: Mapping[str, TableKeys], db: str, n
     if not aggregated:
         return None
     group_columns, group_texts = set(), set()
-    for part in _split(block.clauses.get("GROUP", []), ","):
-        while part and _word(part[-1]) in ("ASC", "DESC"):
-            part = part[:-1]
+    for part in map(_undirected, _split(block.clauses.get("GROUP", []), ",")):
         if len(part) == 1 and re.fullmatch(r"\d+", part[0]):
             position = int(part[0])
             if not 1 <= position <= len(items):
                 raise _Unsure
             part = items[position - 1][0]
         group_texts.add(_text(part))
-        operand = _operand(part, scope)
-        if isinstance(operand, tuple) and operand != _OUTER_REFERENCE:
+        operand = _operand(part, scope)  # a SELECT alias raises _Unsure in `resolve`
+        if isinstance(operand, tuple):
             group_columns.add(operand)
-        elif operand is None and len(part) == 1 and _identifier(part[0]):
-            raise _Unsure  # a SELECT alias
     conditions = [block.clauses.get("WHERE", []), *on_conditions]
     determined = _determined(scope, group_columns, conditions)
 
@@ -515,20 +510,14 @@ def _refusal_of_block(block: _Block, tables: Mapping[str, TableKeys], db: str, n
         if missing is not None:
             column = scope.shown(missing, db)
             if grouped:
-                return (
-                    f"Expression #{number} of SELECT list is not in GROUP BY clause and contains nonaggregated "
-                    f"column '{column}' which is not functionally dependent on columns in GROUP BY clause; "
-                    "this is incompatible with sql_mode=only_full_group_by"
-                )
+                return _not_in_group_by(number, "SELECT list", column)
             return (
                 f"In aggregated query without GROUP BY, expression #{number} of SELECT list contains "
-                f"nonaggregated column '{column}'; this is incompatible with sql_mode=only_full_group_by"
+                f"nonaggregated column '{column}'; {_INCOMPATIBLE}"
             )
     if grouped and not block.in_set_operation:
         select_texts = {_text(expression) for expression, _ in items}
-        for number, part in enumerate(_split(block.clauses.get("ORDER", []), ","), start=1):
-            while part and _word(part[-1]) in ("ASC", "DESC"):
-                part = part[:-1]
+        for number, part in enumerate(map(_undirected, _split(block.clauses.get("ORDER", []), ",")), start=1):
             if not part:
                 continue
             if len(part) == 1 and (
@@ -539,11 +528,7 @@ def _refusal_of_block(block: _Block, tables: Mapping[str, TableKeys], db: str, n
                 continue
             missing = first_undetermined(part)
             if missing is not None:
-                return (
-                    f"Expression #{number} of ORDER BY clause is not in GROUP BY clause and contains "
-                    f"nonaggregated column '{scope.shown(missing, db)}' which is not functionally dependent "
-                    "on columns in GROUP BY clause; this is incompatible with sql_mode=only_full_group_by"
-                )
+                return _not_in_group_by(number, "ORDER BY clause", scope.shown(missing, db))
     return None
 
 
@@ -571,7 +556,7 @@ def group_by_refusal(statement: str, tables: Mapping[str, TableKeys], db: str) -
     by lower-case name), or None where MySQL would run it or the reading is unsure."""
     if not _MAYBE_AGGREGATED.search(statement):
         return None
-    tokens = [t for t in sql_tokens(statement) if not (t.isspace() or t.startswith(("--", "#", "/*")))]
+    tokens = [t for t in sql_tokens(statement) if not is_filler(t)]
     while tokens and tokens[-1] == ";":
         tokens.pop()
     if not tokens or tokens[0].upper() != "SELECT" and tokens[0] != "(":

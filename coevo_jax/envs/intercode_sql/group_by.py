@@ -18,7 +18,7 @@ import re
 _TOKEN = re.compile(
     r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`|--[^\n]*|\#[^\n]*|/\*.*?\*/|\w+|\s+|.""", re.S
 )
-_SET_OPERATIONS = {"UNION", "INTERSECT", "EXCEPT"}
+SET_OPERATIONS = frozenset({"UNION", "INTERSECT", "EXCEPT"})
 UNSORTED = "ORDER BY NULL"
 
 
@@ -30,7 +30,8 @@ class _Scope:
     limit_at: int | None = None  # token index of this scope's LIMIT
 
 
-def _is_filler(token: str) -> bool:
+def is_filler(token: str) -> bool:
+    """A space or a comment: no part of the statement."""
     return token.isspace() or token.startswith(("--", "#", "/*"))
 
 
@@ -47,7 +48,7 @@ def unsorted_group_by(sql: str) -> str:
     upcoming = ""
     for index in range(len(tokens) - 1, -1, -1):
         following[index] = upcoming
-        if not _is_filler(tokens[index]):
+        if not is_filler(tokens[index]):
             upcoming = words[index]
     inserts: list[tuple[int, str]] = []  # (token index, text to put before it)
 
@@ -69,10 +70,10 @@ def unsorted_group_by(sql: str) -> str:
             scope.orders = True
         elif word == "LIMIT" and scope.limit_at is None:
             scope.limit_at = index
-        elif word in _SET_OPERATIONS:
+        elif word in SET_OPERATIONS:
             scope.set_operation = True
     end = len(tokens)
-    while end and (tokens[end - 1] == ";" or _is_filler(tokens[end - 1])):
+    while end and (tokens[end - 1] == ";" or is_filler(tokens[end - 1])):
         end -= 1
     close(scopes[0], end)
     for index, text in sorted(inserts, reverse=True):
