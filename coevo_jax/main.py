@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from absl import app, flags
 from ml_collections import config_flags
 
+from coevo_jax import hugepage_malloc
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path of a configs/<name>.py file.", lock_config=True
 )
@@ -79,4 +81,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+    hugepage_malloc.reexec_with_hugepage_malloc()
     app.run(main)
