@@ -39,9 +39,7 @@ def tunables_with_hugetlb(tunables: str | None) -> str:
     return ":".join([*entries, f"{TUNABLE}=1"])
 
 
-def needs_reexec(
-    environ: Mapping[str, str], *, system: str, libc: str, hugepages_available: bool
-) -> bool:
+def needs_reexec(environ: Mapping[str, str], *, system: str, libc: str, hugepages_available: bool) -> bool:
     """Whether the process should start again with the tunable: not yet set, not turned off, and able to work."""
     if environ.get(SWITCH, "1") == "0":
         return False

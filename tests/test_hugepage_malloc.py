@@ -77,7 +77,9 @@ def _run(environ):
     reason="needs Linux with glibc and transparent huge pages",
 )
 def test_restart_keeps_the_process_and_happens_once():
-    environ = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "COEVO_JAX_HUGEPAGE_MALLOC")}
+    environ = {
+        k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "COEVO_JAX_HUGEPAGE_MALLOC")
+    }
     lines = _run(environ)
     assert len(lines) == 3, lines  # started, restarted once, went on
     pids = {line.split()[1] for line in lines}

@@ -10,5 +10,6 @@ open it with `experiment.finished_run.open_run`). Two read the environments' own
 - `dpo_lr_probe`: ETO's DPO phase at several learning rates from a run's SFT policy, judged on held-out tasks.
 - `preference_sweep`: what each preference-phase setting of a sweep of runs did, one row per run and method.
 - `coevolve_round`: CoEvolve rounds on each environment's experts replayed as fake rollouts.
+- `room_recall`: built-in episodes whose thoughts put a thing in another room than the task text gave.
 - `bfcl_sizes`: BFCL's task and expert lengths in SmolLM2 tokens, replay and checker times.
 """
