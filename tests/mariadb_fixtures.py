@@ -1,30 +1,34 @@
-"""InterCode-SQL's backends for parametrized tests: the server backend needs `bash launch/mariadb.sh start`.
+"""InterCode-SQL's backends for parametrized tests: the server backends need `bash launch/<backend>.sh start`.
 
-Without a server a test of the mariadb backend is skipped, except where $CI is set: CI starts the server
-(.ci/run), so there a missing server fails the test instead of hiding it.
+`BACKENDS` are the ones CI runs: without a server a test of the mariadb backend is skipped, except where $CI
+is set: CI starts the server (.ci/run), so there a missing server fails the test instead of hiding it.
+`ALL_BACKENDS` adds `mysql`, whose tests run where `launch/mysql.sh start` was run and are skipped elsewhere,
+CI included (the script fetches MySQL from Debian's moving unstable suite).
 """
 
 import os
 
 import pytest
 
-from coevo_jax.envs.intercode_sql.env import BACKENDS
+from coevo_jax.envs.intercode_sql.env import BACKENDS as ALL_BACKENDS
 
-__all__ = ["BACKENDS", "require_backend", "table_checksums"]
+BACKENDS = ("sqlite", "mariadb")
+__all__ = ["ALL_BACKENDS", "BACKENDS", "require_backend", "table_checksums"]
 
 
 def require_backend(backend: str) -> None:
-    """Skips (fails under $CI) a mariadb-backend test when no server answers at the default socket."""
-    if backend != "mariadb":
+    """Skips a server-backend test when no server answers at the default socket (mariadb: fails under $CI)."""
+    if backend == "sqlite":
         return
-    from coevo_jax.envs.intercode_sql.server import MariaDbBackend, ServerUnavailable
+    from coevo_jax.envs.intercode_sql.server import MariaDbBackend, MySqlBackend, ServerUnavailable
 
+    server = MariaDbBackend if backend == "mariadb" else MySqlBackend
     try:
-        MariaDbBackend(timeout_s=1.0, max_rows=10, max_result_bytes=1000).close()
+        server(timeout_s=1.0, max_rows=10, max_result_bytes=1000).close()
     except ServerUnavailable as error:
-        if os.environ.get("CI"):
+        if backend == "mariadb" and os.environ.get("CI"):
             pytest.fail(f"CI starts the MariaDB server (launch/mariadb.sh start), yet: {error}")
-        pytest.skip(f"no MariaDB server (bash launch/mariadb.sh start): {error}")
+        pytest.skip(f"no {backend} server (bash launch/{backend}.sh start): {error}")
 
 
 def table_checksums(env, databases) -> dict:

@@ -18,9 +18,13 @@ from coevo_jax.envs.intercode_sql.experts import load_episodes
 from coevo_jax.envs.intercode_sql.group_by import unsorted_group_by
 from coevo_jax.envs.intercode_sql.sandbox import TruncatedRows
 from coevo_jax.envs.intercode_sql.server import (
+    MYSQL_SOCKET_ENV,
+    MYSQL_SQL_MODE,
     SOCKET_ENV,
     SQL_MODE,
     MariaDbBackend,
+    MySqlBackend,
+    ServerSession,
     ServerUnavailable,
     default_socket,
 )
@@ -81,6 +85,55 @@ def test_without_a_server_the_error_says_how_to_start_one(tmp_path, monkeypatch)
     monkeypatch.delenv(SOCKET_ENV)
     monkeypatch.setenv("COEVO_JAX_CACHE", str(tmp_path))
     assert default_socket() == tmp_path / "mariadb" / "mysqld.sock"  # where launch/mariadb.sh puts it
+
+
+def test_a_mysql_server_is_found_and_missed_the_same_way(tmp_path, monkeypatch):
+    monkeypatch.setenv(MYSQL_SOCKET_ENV, str(tmp_path / "mine.sock"))
+    assert default_socket("mysql") == tmp_path / "mine.sock"
+    with pytest.raises(ServerUnavailable, match=r"no MySQL server .*mine\.sock.*bash launch/mysql\.sh start"):
+        InterCodeSqlEnv(backend="mysql")
+    monkeypatch.delenv(MYSQL_SOCKET_ENV)
+    monkeypatch.setenv("COEVO_JAX_CACHE", str(tmp_path))
+    assert default_socket("mysql") == tmp_path / "mysql" / "mysqld.sock"  # where launch/mysql.sh puts it
+
+
+def test_sessions_set_each_servers_own_limit_and_mode():
+    """MariaDB: MySQL 8's sql_mode less ONLY_FULL_GROUP_BY (decided by full_group_by), seconds, temporary
+    tables on disk; MySQL: its own default sql_mode with ONLY_FULL_GROUP_BY, milliseconds."""
+    limits = dict(user="u", timeout_s=1.5, max_rows=10, max_result_bytes=100, killer=None)
+    mariadb = ServerSession(default_socket(), **limits)._session_settings()
+    assert mariadb == (
+        "SET SESSION max_statement_time = %s, sql_mode = %s, tmp_memory_table_size = 0",
+        (1.5, SQL_MODE),
+    )
+    mysql = ServerSession(default_socket("mysql"), **limits, server="mysql")._session_settings()
+    assert mysql == ("SET SESSION max_execution_time = %s, sql_mode = %s", (1500, MYSQL_SQL_MODE))
+    assert MYSQL_SQL_MODE.split(",")[0] == "ONLY_FULL_GROUP_BY" and "ONLY_FULL_GROUP_BY" not in SQL_MODE
+
+
+class _Recorder:
+    def __init__(self):
+        self.statements = []
+
+    def execute(self, db, sql):
+        self.statements.append((db, sql))
+        return [("row",)]
+
+
+def test_a_mysql_server_gets_the_statement_as_it_is():
+    """No GROUP BY refusal of our own and no ORDER BY NULL added: MySQL decides both itself."""
+    backend = MySqlBackend.__new__(MySqlBackend)  # no connection needed to see what would be sent
+    runner = _Recorder()
+    statement = "SELECT name, count(*) FROM singer GROUP BY country"  # MySQL refuses it; not our check here
+    assert backend._run(runner, "concert_singer", statement) == [("row",)]
+    assert runner.statements == [("concert_singer", statement)]
+    mariadb = MariaDbBackend.__new__(MariaDbBackend)
+    mariadb._tables = {"concert_singer": {}}
+    grouped = "SELECT country, count(*) FROM singer GROUP BY country"
+    mariadb._run(runner, "concert_singer", grouped)
+    assert (
+        runner.statements[-1] == ("concert_singer", unsorted_group_by(grouped)) != ("concert_singer", grouped)
+    )
 
 
 # -- on the server -----------------------------------------------------------------------------------------------

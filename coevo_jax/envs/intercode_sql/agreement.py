@@ -1,9 +1,9 @@
 """Does our environment score like InterCode? Its GPT-4 episodes replayed turn by turn (a CLI).
 
-    python -m coevo_jax.envs.intercode_sql.agreement [--backend sqlite|mariadb] [--episodes FILE] [--json OUT]
+    python -m coevo_jax.envs.intercode_sql.agreement [--backend sqlite|mariadb|mysql] [--episodes FILE] [--json OUT]
 
 `reward_agreement` replays every recorded action through `InterCodeSqlEnv` (on the backend `--backend` names;
-the mariadb one needs `bash launch/mariadb.sh start`) and compares our score after each turn with the reward
+the mariadb one needs `bash launch/mariadb.sh start`, the mysql one `bash launch/mysql.sh start`) and compares our score after each turn with the reward
 InterCode recorded (turns its harness rejected before they reached the database are skipped). The CLI prints the agreement summary and, per split, how many expert demonstrations
 (`experts.replay_experts`) were kept and dropped; `--json` also writes every disagreement.
 """

@@ -1,11 +1,13 @@
 """InterCode-SQL: Spider dev questions answered by querying the database, scored on `submit`.
 
-Behaviour follows InterCode's `SqlEnv` (a MySQL 8 server in Docker), on one of two backends:
+Behaviour follows InterCode's `SqlEnv` (a MySQL 8 server in Docker), on one of three backends:
 - `backend="sqlite"` (the default, embedded, offline): SQLite copies of the databases answer as MySQL does
   (`sqlite_backend`: SHOW and DESCRIBE from the catalogue, MySQL's collation, functions and messages);
 - `backend="mariadb"`: the project's MariaDB server answers everything (`server`; start it with
-  `bash launch/mariadb.sh start`; `socket` or $COEVO_MARIADB_SOCKET say where it listens).
-On both:
+  `bash launch/mariadb.sh start`; `socket` or $COEVO_MARIADB_SOCKET say where it listens);
+- `backend="mysql"`: a MySQL server answers everything as it is (`launch/mysql.sh` runs Debian's build
+  privately; `socket` or $COEVO_MYSQL_SOCKET point at another, InterCode's own MySQL 8.0.31 say).
+On all three:
 - an action is one SQL statement, or `submit`; `USE db` switches the episode's database;
 - the observation is `str()` of the result rows, `None` for a statement without rows, or
   `Error executing query: <message>`; a result past the size limit is cut and said to be (`render_output`);
@@ -45,7 +47,7 @@ from coevo_jax.envs.intercode_sql.statements import USE, normalize_action, rende
 TASKS_PATH = DATA_DIR / "ic_spider_dev.json"
 UNSEEN_DATABASES = ("car_1", "dog_kennels", "orchestra")
 TEST_SEEN_EVERY = 5
-BACKENDS = ("sqlite", "mariadb")
+BACKENDS = ("sqlite", "mariadb", "mysql")
 MAX_STEPS = 10  # InterCode's multi-turn GPT-4 runs used 10 turns
 
 INSTRUCTION = (
@@ -78,7 +80,7 @@ class InterCodeSqlEnv(Environment):
         backend: str = "sqlite",
         socket: str | Path | None = None,
     ):
-        """`socket` is the mariadb backend's unix socket (default: where launch/mariadb.sh puts it)."""
+        """`socket` is the server backends' unix socket (default: where launch/<backend>.sh puts it)."""
         if backend not in BACKENDS:
             raise ValueError(f"{self.name}: unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
         self.tasks_path = Path(tasks_path)
@@ -92,10 +94,11 @@ class InterCodeSqlEnv(Environment):
         self.max_observation_chars = max_observation_chars
         limits = dict(timeout_s=query_timeout_s, max_rows=max_rows, max_result_bytes=max_result_bytes)
         self._sqlite = SqliteBackend(db_dir, self._schema, **limits)
-        if backend == "mariadb":
-            from coevo_jax.envs.intercode_sql.server import MariaDbBackend  # needs PyMySQL
+        if backend in ("mariadb", "mysql"):
+            from coevo_jax.envs.intercode_sql.server import MariaDbBackend, MySqlBackend  # need PyMySQL
 
-            self._backend = MariaDbBackend(socket, **limits)
+            server = MariaDbBackend if backend == "mariadb" else MySqlBackend
+            self._backend = server(socket, **limits)
         else:
             self._backend = self._sqlite
         self.backend = backend

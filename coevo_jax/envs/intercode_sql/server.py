@@ -29,6 +29,10 @@ The guarantees of the SQLite sandbox hold here too:
   account); a server that answers no connection at all raises `ServerUnavailable`.
 Sessions are named (the episode's, the gold queries', statements outside episodes): `end_session` drops one,
 so a new episode starts without the last one's session variables.
+
+`MySqlBackend` is the same on a MySQL server (`launch/mysql.sh`, or the user's own): statements go as they
+are, with MySQL 8's default sql_mode and the server's own messages, time limit (`max_execution_time`) and
+row order.
 """
 
 from __future__ import annotations
@@ -63,13 +67,17 @@ _UNPARSED_CODES = {1064, 1221}  # a syntax error, "incorrect usage of ... and OR
 SQL_MODE = (
     "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 )
+MYSQL_SQL_MODE = "ONLY_FULL_GROUP_BY," + SQL_MODE  # MySQL 8.0's own default: a MySQL server decides it itself
+MYSQL_SOCKET_ENV = "COEVO_MYSQL_SOCKET"
 
 
-def default_socket() -> Path:
-    """$COEVO_MARIADB_SOCKET, else the socket launch/mariadb.sh makes: <cache root>/mariadb/mysqld.sock."""
-    if os.environ.get(SOCKET_ENV):
-        return Path(os.environ[SOCKET_ENV])
-    return cache_root() / "mariadb" / "mysqld.sock"
+def default_socket(server: str = "mariadb") -> Path:
+    """Where launch/<server>.sh puts the server's socket, <cache root>/<server>/mysqld.sock, unless
+    $COEVO_MARIADB_SOCKET (mariadb) or $COEVO_MYSQL_SOCKET (mysql) names another."""
+    variable = SOCKET_ENV if server == "mariadb" else MYSQL_SOCKET_ENV
+    if os.environ.get(variable):
+        return Path(os.environ[variable])
+    return cache_root() / server / "mysqld.sock"
 
 
 class ServerUnavailable(RuntimeError):
@@ -102,12 +110,35 @@ class ServerSession:
     """One connection of the read-only account, opened on first use and reopened after it drops."""
 
     def __init__(
-        self, socket: Path, *, user: str, timeout_s: float, max_rows: int, max_result_bytes: int, killer
+        self,
+        socket: Path,
+        *,
+        user: str,
+        timeout_s: float,
+        max_rows: int,
+        max_result_bytes: int,
+        killer,
+        server: str = "mariadb",
     ):
         self.socket, self.user, self.timeout_s = socket, user, timeout_s
         self.max_rows, self.max_result_bytes = max_rows, max_result_bytes
+        self.server = server  # "mariadb": set to MySQL 8's ways; "mysql": a MySQL server, as it is
         self._kill = killer
         self._connection = None
+
+    def _session_settings(self) -> tuple[str, tuple]:
+        """The statement that sets a new connection's time limit and sql_mode on this kind of server."""
+        if (
+            self.server == "mysql"
+        ):  # max_execution_time: milliseconds, SELECTs (the account runs nothing else)
+            return "SET SESSION max_execution_time = %s, sql_mode = %s", (
+                max(1, round(self.timeout_s * 1000)),
+                MYSQL_SQL_MODE,
+            )
+        return "SET SESSION max_statement_time = %s, sql_mode = %s, tmp_memory_table_size = 0", (
+            self.timeout_s,
+            SQL_MODE,
+        )
 
     def _connect(self):
         pymysql = _pymysql()
@@ -125,15 +156,14 @@ class ServerSession:
                     local_infile=False,
                 )
                 with self._connection.cursor() as cursor:
-                    cursor.execute(
-                        "SET SESSION max_statement_time = %s, sql_mode = %s, tmp_memory_table_size = 0",
-                        (self.timeout_s, SQL_MODE),
-                    )
+                    cursor.execute(*self._session_settings())
             except pymysql.MySQLError as error:
                 self._connection = None
+                title = "MySQL" if self.server == "mysql" else "MariaDB"
+                variable = MYSQL_SOCKET_ENV if self.server == "mysql" else SOCKET_ENV
                 raise ServerUnavailable(
-                    f"no MariaDB server answers as {self.user!r} at {self.socket} ({error}); start one with "
-                    f"`bash launch/mariadb.sh start`, or point ${SOCKET_ENV} at one"
+                    f"no {title} server answers as {self.user!r} at {self.socket} ({error}); start one with "
+                    f"`bash launch/{self.server}.sh start`, or point ${variable} at one"
                 ) from None
         return self._connection
 
@@ -184,7 +214,9 @@ class ServerSession:
                 raise QueryTimeout(TIMEOUT_MESSAGE) from None
             if code in _LOST_CODES or code == _INTERRUPTED or isinstance(error, pymysql.err.InterfaceError):
                 raise _Lost(message) from None
-            raise ServerError(code, mariadb_error_message(message)) from None
+            if self.server == "mariadb":
+                message = mariadb_error_message(message)
+            raise ServerError(code, message) from None
         finally:
             if watchdog is not None:
                 watchdog.stop()
@@ -206,7 +238,8 @@ class ServerSession:
 
 
 class MariaDbBackend:
-    """Answers statements on the server at `socket` (default: `default_socket()`), one session per name."""
+    """Answers statements on the MariaDB server at `socket` (default: `default_socket()`), one session per
+    name, set to MySQL 8's ways (the module docstring)."""
 
     name = "mariadb"
 
@@ -219,9 +252,13 @@ class MariaDbBackend:
         max_rows: int,
         max_result_bytes: int,
     ):
-        self.socket = Path(socket) if socket else default_socket()
+        self.socket = Path(socket) if socket else default_socket(self.name)
         self._limits = dict(
-            user=user, timeout_s=timeout_s, max_rows=max_rows, max_result_bytes=max_result_bytes
+            user=user,
+            timeout_s=timeout_s,
+            max_rows=max_rows,
+            max_result_bytes=max_result_bytes,
+            server=self.name,
         )
         self._sessions: dict[str, ServerSession] = {}
         self._control = ServerSession(self.socket, **self._limits, killer=None)  # runs the watchdog's KILLs
@@ -242,19 +279,23 @@ class MariaDbBackend:
             self._sessions[session] = ServerSession(self.socket, **self._limits, killer=self._kill_query)
         runner = self._sessions[session]
         try:
-            refusal = group_by_refusal(statement, self.tables(db), db)
-            if refusal is not None:
-                return f"Error executing query: {refusal}"
-            unsorted = unsorted_group_by(statement)
-            if unsorted != statement:
-                try:
-                    return runner.execute(db, unsorted)
-                except ServerError as error:
-                    if error.code not in _UNPARSED_CODES:  # the addition is not what failed
-                        raise
-            return runner.execute(db, statement)
+            return self._run(runner, db, statement)
         except SqlError as error:
             return f"Error executing query: {error}"
+
+    def _run(self, runner: ServerSession, db: str, statement: str) -> list | str | None:
+        """MySQL's GROUP BY refusal where its rules give one, else the statement with GROUP BY unsorted."""
+        refusal = group_by_refusal(statement, self.tables(db), db)
+        if refusal is not None:
+            return f"Error executing query: {refusal}"
+        unsorted = unsorted_group_by(statement)
+        if unsorted != statement:
+            try:
+                return runner.execute(db, unsorted)
+            except ServerError as error:
+                if error.code not in _UNPARSED_CODES:  # the addition is not what failed
+                    raise
+        return runner.execute(db, statement)
 
     def tables(self, db: str) -> dict[str, TableKeys]:
         """`db`'s tables (lower-case names) with their columns and keys, read from the server once."""
@@ -295,6 +336,18 @@ class MariaDbBackend:
         with self._control_lock:
             self._control.end()
         self._catalogue.end()
+
+
+class MySqlBackend(MariaDbBackend):
+    """Answers statements on a MySQL server (`launch/mysql.sh`, or one of the user's at `socket`) as they are:
+    MySQL 8's default sql_mode, ONLY_FULL_GROUP_BY included, GROUP BY, row order and error messages the
+    server's own. InterCode scored on MySQL 8.0.31; on another MySQL release the agreement with its records
+    is measured, not assumed (docs/results.md, "InterCode-SQL reward agreement")."""
+
+    name = "mysql"
+
+    def _run(self, runner: ServerSession, db: str, statement: str) -> list | str | None:
+        return runner.execute(db, statement)
 
 
 def _quoted(name: str) -> str:
