@@ -44,8 +44,8 @@ LAYERS = (
     ("coevo_jax.reporting",),
     # the job driver
     ("coevo_jax.experiment",),
-    # entry points over the job and its workdirs
-    ("coevo_jax.main", "coevo_jax.analysis"),
+    # entry points over the job and its workdirs, and how the job's process starts
+    ("coevo_jax.main", "coevo_jax.analysis", "coevo_jax.hugepage_malloc"),
 )
 # What the environments may import from coevo_jax: themselves, trajectory data and the ReAct format.
 ENVS_MAY_IMPORT = ("coevo_jax.envs", "coevo_jax.data", "coevo_jax.react", "coevo_jax.atomic_files")
