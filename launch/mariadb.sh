@@ -16,28 +16,22 @@
 # down; `status` says whether it answers.
 set -euo pipefail
 
+NAME=mariadb
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-DUMP="$REPO/coevo_jax/envs/data/intercode/ic_spider_dbs.sql"
-ROOT=${COEVO_JAX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coevo_jax}/mariadb
-DATA="$ROOT/data"
-SOCKET="$ROOT/mysqld.sock"
-PIDFILE="$ROOT/mysqld.pid"
-LOG="$ROOT/mysqld.log"
-MARKER="$ROOT/loaded.sha256"
-READER=coevo_reader
+# shellcheck source=launch/spider_server.sh
+. "$REPO/launch/spider_server.sh"  # ROOT, DATA, SOCKET, PIDFILE, LOG, MARKER, READER, DUMP; say, fail, ...
 ADMIN=$(id -un)  # the data directory's socket-authenticated administrator: whoever initialised it
 # MySQL 8.0's default sql_mode (InterCode's server) less ONLY_FULL_GROUP_BY, as the environment's sessions set it
 # too (coevo_jax/envs/intercode_sql/server.py says why).
 SQL_MODE=STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION
 
-say() { echo "mariadb: $*"; }
-fail() { echo "mariadb: $*" >&2; exit 1; }
-
 admin_sql() { mariadb --no-defaults --socket="$SOCKET" --user="$ADMIN" --batch --skip-column-names "$@"; }
 
 answers() { mariadb-admin --no-defaults --socket="$SOCKET" --user="$ADMIN" --connect-timeout=2 ping >/dev/null 2>&1; }
 
-install_server() {
+admin_shutdown() { mariadb-admin --no-defaults --socket="$SOCKET" --user="$ADMIN" shutdown; }
+
+prepare_server() {
   command -v mariadbd >/dev/null 2>&1 && return 0
   command -v apt-get >/dev/null 2>&1 || fail "mariadbd is missing and apt-get is not available; install MariaDB by hand"
   local sudo=""
@@ -93,71 +87,13 @@ start_server() {
   fail "the server did not answer within 60 s; see $LOG"
 }
 
-load_databases() {
-  local digest
-  digest=$(sha256sum "$DUMP" | cut -d' ' -f1)
-  if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$digest" ]; then
-    say "the Spider databases are loaded (dump $digest)"
-    return 0
-  fi
-  say "loading the 20 Spider databases from $DUMP"
-  local dbs
-  dbs=$(sed -n 's/^CREATE DATABASE  *IF NOT EXISTS `\([^`]*\)`.*/\1/p' "$DUMP")
-  {
-    echo "SET SESSION max_statement_time = 0;"
-    for db in $dbs; do echo "DROP DATABASE IF EXISTS \`$db\`;"; done
-    # The dump starts by creating InterCode's all-privileges `admin` account: skip that block. MariaDB runs
-    # MySQL-8-only versioned comments (/*!80016 ... */) as SQL, so the one the dump has is removed.
-    sed -n '/^CREATE DATABASE/,$p' "$DUMP" | sed "s#/\*!80016 DEFAULT ENCRYPTION='N' \*/##"
-    echo "DROP USER IF EXISTS '$READER'@'localhost';"
-    echo "CREATE USER '$READER'@'localhost';"
-    for db in $dbs; do echo "GRANT SELECT, SHOW VIEW ON \`$db\`.* TO '$READER'@'localhost';"; done
-  } | admin_sql || fail "loading the dump failed"
-  echo "$digest" >"$MARKER"
-  say "loaded"
+dump_sql() {
+  echo "SET SESSION max_statement_time = 0;"
+  # The dump starts by creating InterCode's all-privileges `admin` account: skip that block. MariaDB runs
+  # MySQL-8-only versioned comments (/*!80016 ... */) as SQL, so the one the dump has is removed.
+  sed -n '/^CREATE DATABASE/,$p' "$DUMP" | sed "s#/\*!80016 DEFAULT ENCRYPTION='N' \*/##"
 }
 
-stop_server() {
-  if ! answers; then
-    local pid
-    pid=$(cat "$PIDFILE" 2>/dev/null || true)
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-      say "the server (pid $pid) does not answer: sending it SIGTERM"
-      kill -TERM "$pid"
-    else
-      say "not running"
-      return 0
-    fi
-  else
-    mariadb-admin --no-defaults --socket="$SOCKET" --user="$ADMIN" shutdown
-  fi
-  for _ in $(seq 1 60); do
-    [ -e "$PIDFILE" ] || { say "stopped"; return 0; }
-    sleep 0.5
-  done
-  fail "the server did not stop within 30 s (pid $(cat "$PIDFILE" 2>/dev/null))"
-}
+after_load() { :; }
 
-case "${1:-}" in
-  start)
-    mkdir -p "$ROOT" && chmod 700 "$ROOT"
-    install_server
-    initialise
-    start_server
-    load_databases
-    ;;
-  stop) stop_server ;;
-  status)
-    if answers; then
-      say "running: socket $SOCKET, pid $(cat "$PIDFILE" 2>/dev/null), $(admin_sql -e 'SELECT VERSION()')"
-      if [ -f "$MARKER" ]; then say "Spider databases loaded (dump $(cat "$MARKER"))"; else say "Spider databases not loaded"; fi
-    else
-      say "not running (expected socket $SOCKET)"
-      exit 3
-    fi
-    ;;
-  *)
-    echo "usage: $0 start|stop|status" >&2
-    exit 2
-    ;;
-esac
+server_main "$@"

@@ -11,22 +11,17 @@
 # `start` initialises the data directory once (root@localhost without a password, reachable only through
 # the socket in a directory only its owner may enter), starts the server with MySQL's defaults (sql_mode,
 # collation, optimizer) as InterCode's Docker image ran them, loads the 20 Spider databases from the
-# repository's dump once per dump (then its tables' statistics, on which the plans depend), and creates the environment's account `coevo_reader`@`localhost` with
-# SELECT and SHOW VIEW on those databases only; the server runs read-only besides. `stop` shuts it down;
-# `status` says whether it answers. Unlike launch/mariadb.sh this is not part of CI: it fetches from Debian's
-# moving unstable suite.
+# repository's dump once per dump (then computes its tables' statistics, which the plans follow), and creates
+# the environment's account `coevo_reader`@`localhost` with SELECT and SHOW VIEW on those databases only; the
+# server runs read-only besides. `stop` shuts it down; `status` says whether it answers. Unlike
+# launch/mariadb.sh this is not part of CI: it fetches from Debian's moving unstable suite.
 set -euo pipefail
 
+NAME=mysql
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-DUMP="$REPO/coevo_jax/envs/data/intercode/ic_spider_dbs.sql"
-ROOT=${COEVO_JAX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coevo_jax}/mysql
+# shellcheck source=launch/spider_server.sh
+. "$REPO/launch/spider_server.sh"  # ROOT, DATA, SOCKET, PIDFILE, LOG, MARKER, READER, DUMP; say, fail, ...
 SYSROOT="$ROOT/root"
-DATA="$ROOT/data"
-SOCKET="$ROOT/mysqld.sock"
-PIDFILE="$ROOT/mysqld.pid"
-LOG="$ROOT/mysqld.log"
-MARKER="$ROOT/loaded.sha256"
-READER=coevo_reader
 # Where the build comes from: launch/debian_packages.py's arguments less --dest. Another MySQL build, e.g.
 # Ubuntu 24.04's 8.0: COEVO_MYSQL_SOURCE="--mirror http://archive.ubuntu.com/ubuntu --suite noble-updates
 # --suite noble --component main --component universe mysql-server-core-8.0 mysql-client-core-8.0", with its
@@ -36,8 +31,6 @@ LIBS="$SYSROOT/usr/lib/x86_64-linux-gnu:$SYSROOT/lib/x86_64-linux-gnu"
 LOADER="$SYSROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
 [ -e "$LOADER" ] || LOADER="$SYSROOT/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"  # a release before usrmerge
 
-say() { echo "mysql: $*"; }
-fail() { echo "mysql: $*" >&2; exit 1; }
 
 private() { "$LOADER" --library-path "$LIBS" "$@"; }  # a program of the unpacked build, on its own libraries
 
@@ -52,7 +45,9 @@ server_flags() {
   return 0
 }
 
-unpack_server() {
+admin_shutdown() { private "$SYSROOT/usr/bin/mysqladmin" --no-defaults --socket="$SOCKET" --user=root shutdown; }
+
+prepare_server() {
   [ -x "$SYSROOT/usr/sbin/mysqld" ] && [ -x "$LOADER" ] && return 0
   command -v dpkg-deb >/dev/null 2>&1 || fail "dpkg-deb is needed to unpack Debian's MySQL packages"
   say "unpacking a MySQL server and its libraries into $SYSROOT ($SOURCE)"
@@ -93,74 +88,16 @@ start_server() {
   fail "the server did not answer within 60 s; see $LOG"
 }
 
-load_databases() {
-  local digest
-  digest=$(sha256sum "$DUMP" | cut -d' ' -f1)
-  if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$digest" ]; then
-    say "the Spider databases are loaded (dump $digest)"
-    return 0
-  fi
-  say "loading the 20 Spider databases from $DUMP"
-  local dbs
-  dbs=$(sed -n 's/^CREATE DATABASE  *IF NOT EXISTS `\([^`]*\)`.*/\1/p' "$DUMP")
-  {
-    for db in $dbs; do echo "DROP DATABASE IF EXISTS \`$db\`;"; done
-    # The dump starts by creating InterCode's all-privileges `admin` account: skip that block.
-    sed -n '/^CREATE DATABASE/,$p' "$DUMP"
-    echo "DROP USER IF EXISTS '$READER'@'localhost';"
-    echo "CREATE USER '$READER'@'localhost';"
-    for db in $dbs; do echo "GRANT SELECT, SHOW VIEW ON \`$db\`.* TO '$READER'@'localhost';"; done
-  } | admin_sql || fail "loading the dump failed"
+# The dump starts by creating InterCode's all-privileges `admin` account: skip that block.
+dump_sql() { sed -n '/^CREATE DATABASE/,$p' "$DUMP"; }
+
+after_load() {
   # The optimizer's plans, and so the row order of a query without ORDER BY, follow the tables' statistics,
   # which InnoDB otherwise computes in the background some time after the load: compute them now, once.
+  # shellcheck disable=SC2086  # $1: the names, one a line, become the list
   admin_sql -e "SELECT CONCAT('ANALYZE TABLE \`', TABLE_SCHEMA, '\`.\`', TABLE_NAME, '\`;') FROM
-      information_schema.TABLES WHERE TABLE_SCHEMA IN ($(printf "'%s'," $dbs | sed 's/,$//'))" | admin_sql >/dev/null \
+      information_schema.TABLES WHERE TABLE_SCHEMA IN ($(printf "'%s'," $1 | sed 's/,$//'))" | admin_sql >/dev/null \
     || fail "ANALYZE TABLE failed"
-  echo "$digest" >"$MARKER"
-  say "loaded"
 }
 
-stop_server() {
-  if ! answers; then
-    local pid
-    pid=$(cat "$PIDFILE" 2>/dev/null || true)
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-      say "the server (pid $pid) does not answer: sending it SIGTERM"
-      kill -TERM "$pid"
-    else
-      say "not running"
-      return 0
-    fi
-  else
-    private "$SYSROOT/usr/bin/mysqladmin" --no-defaults --socket="$SOCKET" --user=root shutdown
-  fi
-  for _ in $(seq 1 60); do
-    [ -e "$PIDFILE" ] || { say "stopped"; return 0; }
-    sleep 0.5
-  done
-  fail "the server did not stop within 30 s (pid $(cat "$PIDFILE" 2>/dev/null))"
-}
-
-case "${1:-}" in
-  start)
-    mkdir -p "$ROOT" && chmod 700 "$ROOT"
-    unpack_server
-    initialise
-    start_server
-    load_databases
-    ;;
-  stop) stop_server ;;
-  status)
-    if answers; then
-      say "running: socket $SOCKET, pid $(cat "$PIDFILE" 2>/dev/null), $(admin_sql -e 'SELECT VERSION()')"
-      if [ -f "$MARKER" ]; then say "Spider databases loaded (dump $(cat "$MARKER"))"; else say "Spider databases not loaded"; fi
-    else
-      say "not running (expected socket $SOCKET)"
-      exit 3
-    fi
-    ;;
-  *)
-    echo "usage: $0 start|stop|status" >&2
-    exit 2
-    ;;
-esac
+server_main "$@"
