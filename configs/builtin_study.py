@@ -2,10 +2,11 @@
 (positive agent, frozen failure agent), 3 iterations, on the whole 200-task test_seen and test_unseen splits.
 
 Training is the paper's (the quickstart's policy and recipes): every preference phase passes 3 epochs over its
-own pairs, eq. 9's SFT term as written. The SFT base trains 16 epochs, not the quickstart's 10: on the dev splits
-that lifts the reward of all 5 seeds and cuts the episodes that misplace a thing's room from 90 to 61 of 500
-(docs/results.md, "The SFT recipe"). ETO and RFT explore each task twice, as many episodes as
-co-evolution's two agents play together (`match_exploration`). Five seeds, then the paired table:
+own pairs, eq. 9's SFT term as written. The SFT base is the quickstart's (10 epochs), which is not its
+plateau: on dev a weak seed still gains at 16, 24 and 32 epochs (docs/results.md, "The SFT recipe"); the
+longer recipe is to be chosen on all 5 seeds before the study is rerun. ETO and RFT explore each task twice,
+as many episodes as co-evolution's two agents play together (`match_exploration`). Five seeds, then the
+paired table:
 
     for s in 0 1 2 3 4; do python -m coevo_jax.main --config=configs/builtin_study.py --config.seed=$s \\
         --workdir=workdir_study_$s; done
@@ -26,7 +27,6 @@ def get_config() -> ConfigDict:
     config.methods = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
     config.match_exploration = True
     config.env.eval_tasks = None  # the whole splits
-    config.sft.epochs = 16
     config.sft.rft_epochs = (
         1  # RFT fine-tunes the current policy on experts + successes: one pass each iteration
     )
