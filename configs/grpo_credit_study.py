@@ -29,6 +29,7 @@ def get_config(variant: str = "episode") -> ConfigDict:
     if variant not in VARIANTS:
         raise ValueError(f"grpo_credit_study: variant {variant!r}, one of {', '.join(VARIANTS)}")
     config = study_config()
+    config.sft.epochs = 10  # the SFT base its results were measured from (the 10-epoch study seeds it reuses)
     config.methods = ("sft", "grpo")
     config.iterations = 2
     config.grpo.tasks_per_step = 8
