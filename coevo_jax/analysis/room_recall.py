@@ -14,11 +14,13 @@ the task text gave, and how many of those episodes failed.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from coevo_jax.data.record_reader import read_trajectories
+from coevo_jax.data.records import ASSISTANT, Trajectory
 
 TASK_ROOM = re.compile(r"The ([a-z][a-z ]*?) is in the ([a-z]+)\.")
 START_ROOM = re.compile(r"You are in the ([a-z]+)\.")
@@ -26,7 +28,6 @@ CLAIM_ROOM = re.compile(r"the ([a-z][a-z ]*?); it is in the ([a-z]+)\.")
 CLAIM_HERE = re.compile(r"I need the ([a-z][a-z ]*?), and it is here\.")
 WENT = re.compile(r"^Observation: You go to the ([a-z]+)\.")
 PICKED = re.compile(r"^Observation: You pick up the ([a-z][a-z ]*?)\.")
-TASK_TURN = 2  # the system prompt, the model's "OK", then the task
 
 
 @dataclass(frozen=True)
@@ -37,18 +38,18 @@ class RecallCount:
     misplaced_failures: int
 
 
-def misplaced_claims(conversations: Sequence[Mapping[str, str]]) -> list[tuple[str, str, str]]:
+def misplaced_claims(trajectory: Trajectory) -> list[tuple[str, str, str]]:
     """(thing, room the task gave, room a thought gave) for each thought that places a thing the agent has not
     picked up yet in another room than the task text; "here" is the room the agent stands in then."""
-    task = conversations[TASK_TURN]["value"]
+    task = trajectory.instruction
     given = dict(TASK_ROOM.findall(task))
     start = START_ROOM.search(task)
     room = start.group(1) if start else None
     held: set[str] = set()
     wrong = []
-    for turn in conversations[TASK_TURN + 1 :]:
-        text = turn["value"]
-        if turn["from"] == "human":
+    for message in trajectory.messages[trajectory.prompt_len :]:
+        text = message.content
+        if message.role != ASSISTANT:
             if went := WENT.match(text):
                 room = went.group(1)
             elif picked := PICKED.match(text):
@@ -63,31 +64,17 @@ def misplaced_claims(conversations: Sequence[Mapping[str, str]]) -> list[tuple[s
     return wrong
 
 
-def recall_count(records: Iterable[Mapping], success: float = 1.0) -> RecallCount:
+def recall_count(trajectories: Iterable[Trajectory], success: float = 1.0) -> RecallCount:
     """Episodes, failures (reward below `success`), and episodes with a misplaced thing among them."""
     episodes = failures = misplaced = misplaced_failures = 0
-    for record in records:
-        failed = record["reward"] < success
-        wrong = bool(misplaced_claims(record["conversations"]))
+    for trajectory in trajectories:
+        failed = trajectory.reward < success
+        wrong = bool(misplaced_claims(trajectory))
         episodes += 1
         failures += failed
         misplaced += wrong
         misplaced_failures += wrong and failed
     return RecallCount(episodes, failures, misplaced, misplaced_failures)
-
-
-def read_records(path: str) -> list[dict]:
-    """A rollout file's records; a line that is not a built-in episode is an error naming file and line."""
-    records = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            try:
-                record = json.loads(line)
-                record["reward"], record["conversations"][TASK_TURN]["value"]
-            except (ValueError, KeyError, IndexError, TypeError) as error:
-                raise ValueError(f"{path}, line {number}: not an episode record ({error!r})") from None
-            records.append(record)
-    return records
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -97,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("| file | episodes | failed | misplace a thing | of them failed |")
     print("|---|---:|---:|---:|---:|")
     for path in args.files:
-        count = recall_count(read_records(path))
+        count = recall_count(
+            read_trajectories(path)
+        )  # a malformed record: an error naming file, record, field
         print(
             f"| {path} | {count.episodes} | {count.failures} | {count.misplaced} | {count.misplaced_failures} |"
         )
