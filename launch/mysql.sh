@@ -28,9 +28,11 @@ SYSROOT="$ROOT/root"
 # own COEVO_JAX_CACHE (a data directory is not shared between MySQL releases).
 SOURCE=${COEVO_MYSQL_SOURCE:---suite sid mysql-server-core mysql-client-core}
 LIBS="$SYSROOT/usr/lib/x86_64-linux-gnu:$SYSROOT/lib/x86_64-linux-gnu"
-LOADER="$SYSROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
-[ -e "$LOADER" ] || LOADER="$SYSROOT/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"  # a release before usrmerge
-
+find_loader() {  # the unpacked build's dynamic loader (under lib/ in a release before usrmerge)
+  LOADER="$SYSROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+  [ -e "$LOADER" ] || LOADER="$SYSROOT/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+}
+find_loader
 
 private() { "$LOADER" --library-path "$LIBS" "$@"; }  # a program of the unpacked build, on its own libraries
 
@@ -56,8 +58,7 @@ prepare_server() {
   python3 "$REPO/launch/debian_packages.py" --dest "$SYSROOT" $SOURCE \
     || { rm -rf "$SYSROOT"; fail "fetching the packages failed"; }
   [ -x "$SYSROOT/usr/sbin/mysqld" ] || fail "no usr/sbin/mysqld in the unpacked packages"
-  LOADER="$SYSROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
-  [ -e "$LOADER" ] || LOADER="$SYSROOT/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+  find_loader
 }
 
 initialise() {

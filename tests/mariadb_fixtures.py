@@ -20,11 +20,10 @@ def require_backend(backend: str) -> None:
     """Skips a server-backend test when no server answers at the default socket (mariadb: fails under $CI)."""
     if backend == "sqlite":
         return
-    from coevo_jax.envs.intercode_sql.server import MariaDbBackend, MySqlBackend, ServerUnavailable
+    from coevo_jax.envs.intercode_sql.server import SERVER_BACKENDS, ServerUnavailable
 
-    server = MariaDbBackend if backend == "mariadb" else MySqlBackend
     try:
-        server(timeout_s=1.0, max_rows=10, max_result_bytes=1000).close()
+        SERVER_BACKENDS[backend](timeout_s=1.0, max_rows=10, max_result_bytes=1000).close()
     except ServerUnavailable as error:
         if backend == "mariadb" and os.environ.get("CI"):
             pytest.fail(f"CI starts the MariaDB server (launch/mariadb.sh start), yet: {error}")

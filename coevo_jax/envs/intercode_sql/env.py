@@ -95,10 +95,9 @@ class InterCodeSqlEnv(Environment):
         limits = dict(timeout_s=query_timeout_s, max_rows=max_rows, max_result_bytes=max_result_bytes)
         self._sqlite = SqliteBackend(db_dir, self._schema, **limits)
         if backend in ("mariadb", "mysql"):
-            from coevo_jax.envs.intercode_sql.server import MariaDbBackend, MySqlBackend  # need PyMySQL
+            from coevo_jax.envs.intercode_sql.server import SERVER_BACKENDS  # needs PyMySQL
 
-            server = MariaDbBackend if backend == "mariadb" else MySqlBackend
-            self._backend = server(socket, **limits)
+            self._backend = SERVER_BACKENDS[backend](socket, **limits)
         else:
             self._backend = self._sqlite
         self.backend = backend

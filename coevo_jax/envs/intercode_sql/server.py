@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from coevo_jax.envs.intercode_sql.db import cache_root
@@ -71,10 +73,45 @@ MYSQL_SQL_MODE = "ONLY_FULL_GROUP_BY," + SQL_MODE  # MySQL 8.0's own default: a 
 MYSQL_SOCKET_ENV = "COEVO_MYSQL_SOCKET"
 
 
+@dataclass(frozen=True)
+class ServerKind:
+    """What differs between the servers a session talks to: their name in messages, the variable naming their
+    socket, the statement that sets a new session's time limit and sql_mode, and how error messages read."""
+
+    title: str
+    socket_env: str
+    settings: str  # SET SESSION ...: the time limit, then the sql_mode
+    time_limit: Callable[[float], float]  # seconds -> the limit variable's unit
+    sql_mode: str
+    message: Callable[[str], str]
+
+
+SERVER_KINDS = {
+    # MariaDB set to MySQL 8's ways: our own GROUP BY check (full_group_by), temporary tables on disk
+    "mariadb": ServerKind(
+        "MariaDB",
+        SOCKET_ENV,
+        "SET SESSION max_statement_time = %s, sql_mode = %s, tmp_memory_table_size = 0",
+        lambda seconds: seconds,
+        SQL_MODE,
+        mariadb_error_message,
+    ),
+    # a MySQL server as it is; max_execution_time is in milliseconds and limits SELECTs (all the account runs)
+    "mysql": ServerKind(
+        "MySQL",
+        MYSQL_SOCKET_ENV,
+        "SET SESSION max_execution_time = %s, sql_mode = %s",
+        lambda seconds: max(1, round(seconds * 1000)),
+        MYSQL_SQL_MODE,
+        lambda message: message,
+    ),
+}
+
+
 def default_socket(server: str = "mariadb") -> Path:
     """Where launch/<server>.sh puts the server's socket, <cache root>/<server>/mysqld.sock, unless
     $COEVO_MARIADB_SOCKET (mariadb) or $COEVO_MYSQL_SOCKET (mysql) names another."""
-    variable = SOCKET_ENV if server == "mariadb" else MYSQL_SOCKET_ENV
+    variable = SERVER_KINDS[server].socket_env
     if os.environ.get(variable):
         return Path(os.environ[variable])
     return cache_root() / server / "mysqld.sock"
@@ -128,17 +165,8 @@ class ServerSession:
 
     def _session_settings(self) -> tuple[str, tuple]:
         """The statement that sets a new connection's time limit and sql_mode on this kind of server."""
-        if (
-            self.server == "mysql"
-        ):  # max_execution_time: milliseconds, SELECTs (the account runs nothing else)
-            return "SET SESSION max_execution_time = %s, sql_mode = %s", (
-                max(1, round(self.timeout_s * 1000)),
-                MYSQL_SQL_MODE,
-            )
-        return "SET SESSION max_statement_time = %s, sql_mode = %s, tmp_memory_table_size = 0", (
-            self.timeout_s,
-            SQL_MODE,
-        )
+        kind = SERVER_KINDS[self.server]
+        return kind.settings, (kind.time_limit(self.timeout_s), kind.sql_mode)
 
     def _connect(self):
         pymysql = _pymysql()
@@ -159,11 +187,10 @@ class ServerSession:
                     cursor.execute(*self._session_settings())
             except pymysql.MySQLError as error:
                 self._connection = None
-                title = "MySQL" if self.server == "mysql" else "MariaDB"
-                variable = MYSQL_SOCKET_ENV if self.server == "mysql" else SOCKET_ENV
+                kind = SERVER_KINDS[self.server]
                 raise ServerUnavailable(
-                    f"no {title} server answers as {self.user!r} at {self.socket} ({error}); start one with "
-                    f"`bash launch/{self.server}.sh start`, or point ${variable} at one"
+                    f"no {kind.title} server answers as {self.user!r} at {self.socket} ({error}); start one "
+                    f"with `bash launch/{self.server}.sh start`, or point ${kind.socket_env} at one"
                 ) from None
         return self._connection
 
@@ -214,9 +241,7 @@ class ServerSession:
                 raise QueryTimeout(TIMEOUT_MESSAGE) from None
             if code in _LOST_CODES or code == _INTERRUPTED or isinstance(error, pymysql.err.InterfaceError):
                 raise _Lost(message) from None
-            if self.server == "mariadb":
-                message = mariadb_error_message(message)
-            raise ServerError(code, message) from None
+            raise ServerError(code, SERVER_KINDS[self.server].message(message)) from None
         finally:
             if watchdog is not None:
                 watchdog.stop()
@@ -348,6 +373,9 @@ class MySqlBackend(MariaDbBackend):
 
     def _run(self, runner: ServerSession, db: str, statement: str) -> list | str | None:
         return runner.execute(db, statement)
+
+
+SERVER_BACKENDS = {backend.name: backend for backend in (MariaDbBackend, MySqlBackend)}
 
 
 def _quoted(name: str) -> str:
