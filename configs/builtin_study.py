@@ -9,8 +9,8 @@ as many episodes as co-evolution's two agents play together (`match_exploration`
 paired table:
 
     for s in 0 1 2 3 4; do python -m coevo_jax.main --config=configs/builtin_study.py --config.seed=$s \\
-        --workdir=workdir_study_$s; done
-    python -m coevo_jax.reporting.report workdir_study_{0,1,2,3,4} --figures docs/study
+        --workdir=workdir_study24_$s; done
+    python -m coevo_jax.reporting.report workdir_study24_{0,1,2,3,4} --figures docs/study
 """
 
 import os

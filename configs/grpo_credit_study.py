@@ -1,8 +1,9 @@
 """Credit where GRPO has none, on the built-in environment: GRPO, GiGPO (`grpo.advantage="gigpo"`), GRPO with
 dead-group pairs (`grpo.dead_groups="pairs"`) and both, each from the SFT policies of `builtin_study.py`'s
-seed (its workdir seeds this one: `--reuse_from`), 2 iterations of 10 GRPO steps of 8 train tasks x K = 8
-episodes, greedy evaluation on the whole 200-task test splits after each iteration. The variants differ only
-in the `grpo` fields named, so their steps draw the same tasks with the same sampling seeds:
+seed on its 10-epoch base (`--config.sft.epochs=10`; that workdir seeds this one: `--reuse_from`),
+2 iterations of 10 GRPO steps of 8 train tasks x K = 8 episodes, greedy evaluation on the whole 200-task test
+splits after each iteration. The variants differ only in the `grpo` fields named, so their steps draw the
+same tasks with the same sampling seeds:
 
     for s in 0 1 2; do for v in episode gigpo pairs both; do
         python -m coevo_jax.main --config=configs/grpo_credit_study.py:$v --config.seed=$s \\
