@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.stats
 from seeds import fresh_seed
 
 from coevo_jax.analysis import preference_sweep
@@ -74,6 +75,8 @@ def test_cli_prints_a_row_per_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| a ") or line.startswith("| b ")]
     assert len(rows) == 2 and "| 1e-05 |" in rows[0] and "| 3e-05 |" in rows[1]
+    pooled = [line for line in proc.stdout.splitlines() if line.startswith("| ETO | 1 |")]
+    assert len(pooled) == 2 and "| 1e-05 | 0.1 | 0 |" in pooled[0]
     bad = subprocess.run(
         [sys.executable, "-m", "coevo_jax.analysis.preference_sweep", tmp_path / "missing"],
         capture_output=True,
@@ -81,3 +84,52 @@ def test_cli_prints_a_row_per_run(tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and "missing" in bad.stderr
+
+
+def test_settings_pool_their_seeds_with_a_paired_t_interval():
+    seed = fresh_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    runs = []
+    for lr in (1e-5, 3e-5):
+        for run_seed in range(4):
+            results = _results(rng, lr, 0.1)
+            results["seed"] = run_seed
+            runs.append(results)
+    rows = [row for results in runs for row in preference_sweep.sweep_rows(results)]
+    summaries = preference_sweep.setting_summaries(rows)
+    assert [(s["learning_rate"], s["seeds"]) for s in summaries] == [
+        (1e-5, [0, 1, 2, 3]),
+        (3e-5, [0, 1, 2, 3]),
+    ]
+    for summary, members in zip(summaries, (runs[:4], runs[4:]), strict=True):
+        for split in SPLITS:
+            deltas, ups, downs = [], 0, 0
+            for results in members:
+                mine = results["methods"]["ETO"]["iterations"][0]["eval"][split]["task_rewards"]
+                base = results["methods"]["SFT"]["iterations"][0]["eval"][split]["task_rewards"]
+                diffs = np.array([mine[t] - base[t] for t in base], dtype=np.float64)
+                deltas.append(100 * diffs.mean())
+                ups += int((diffs > 0).sum())
+                downs += int((diffs < 0).sum())
+            low, high = scipy.stats.t.interval(
+                0.95, len(deltas) - 1, loc=np.mean(deltas), scale=scipy.stats.sem(deltas)
+            )
+            cell = summary["splits"][split]
+            assert cell["interval"]["mean"] == pytest.approx(np.mean(deltas), abs=1e-9)
+            assert (cell["interval"]["low"], cell["interval"]["high"]) == pytest.approx((low, high), abs=1e-6)
+            assert (cell["up"], cell["down"]) == (ups, downs)
+            invalid = [
+                r["methods"]["ETO"]["iterations"][0]["eval"][split]["metrics"]["invalid_actions"]
+                for r in members
+            ]
+            assert cell["invalid"] == pytest.approx(np.mean(invalid))
+        accuracy = [
+            r["methods"]["ETO"]["iterations"][0]["train"]["target"]["final_reward_accuracy"] for r in members
+        ]
+        assert summary["accuracy"] == pytest.approx(np.mean(accuracy))
+    table = preference_sweep.summary_markdown(runs)
+    assert table.count("| ETO | 1 |") == 2
+    runs[1]["seed"] = 0
+    with pytest.raises(ValueError, match="two runs of one seed"):
+        preference_sweep.setting_summaries([r for res in runs[:4] for r in preference_sweep.sweep_rows(res)])

@@ -8,6 +8,10 @@ beta, updates of the last phase), the DPO accuracy and margin at the end of the 
 reward and success per split, the tasks whose greedy reward went up / down against the baseline policy's in
 the same run, and the invalid actions per episode (well-formed actions the world refused, and replies with
 no parsable action) beside the baseline's. A phase that does not change decisions shows 0 / 0.
+
+A second table pools the runs of one setting (method, iterations, learning rate, β) over their seeds: the
+mean reward difference against the baseline paired by seed with its 95 % Student-t interval, and the tasks
+moved up / down summed over the seeds: whether a setting beats the baseline, not just in one seed.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from coevo_jax.reporting.paired import decision_changes
+from coevo_jax.reporting.paired import decision_changes, mean_interval
 from coevo_jax.reporting.results import (
     final_scores,
     load_results,
@@ -118,6 +122,103 @@ def sweep_markdown(runs: Sequence[Mapping], names: Sequence[str], baseline: str 
     return note + "\n\n" + "\n".join(lines) + "\n"
 
 
+def _mean(values: Sequence[float | None]) -> float | None:
+    """Mean of the recorded values (None where none is)."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def setting_summaries(rows: Sequence[Mapping]) -> list[dict]:
+    """Rows of one setting (method, iterations, learning rate, β) pooled over their seeds, in first-seen order:
+    the mean DPO accuracy and margin at the phase's end and, per split, the paired reward differences, their
+    mean with 95 % t-interval, up / down summed, and the mean invalid actions per episode beside the
+    baseline's."""
+    groups: dict[tuple, list[Mapping]] = {}
+    for row in rows:
+        key = (row["method"], row["iterations"], row["learning_rate"], row["beta"])
+        groups.setdefault(key, []).append(row)
+    summaries = []
+    for (method, iterations, lr, beta), members in groups.items():
+        seeds = [row["seed"] for row in members]
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"setting {method} lr {lr:g} beta {beta:g} has two runs of one seed: {seeds}")
+        splits = {}
+        for split in members[0]["splits"]:
+            cells = [row["splits"][split] for row in members]
+            deltas = [cell["delta_reward"] for cell in cells]
+            changes = [cell["changes"] for cell in cells]
+            splits[split] = {
+                "deltas": deltas,
+                "interval": None if None in deltas else mean_interval(deltas),
+                "up": None if None in changes else sum(c["up"] for c in changes),
+                "down": None if None in changes else sum(c["down"] for c in changes),
+                "invalid": _mean([cell["invalid"][0] for cell in cells]),
+                "baseline_invalid": _mean([cell["baseline_invalid"][0] for cell in cells]),
+            }
+        summaries.append(
+            {
+                "method": method,
+                "iterations": iterations,
+                "learning_rate": lr,
+                "beta": beta,
+                "seeds": seeds,
+                "accuracy": _mean([row["accuracy"] for row in members]),
+                "margin": _mean([row["margin"] for row in members]),
+                "splits": splits,
+            }
+        )
+    return summaries
+
+
+def _interval_text(stat: Mapping | None) -> str:
+    if stat is None:
+        return "—"
+    if stat["low"] is None:
+        return f"{stat['mean']:+.1f}"
+    return f"{stat['mean']:+.1f} [{stat['low']:+.1f}, {stat['high']:+.1f}]"
+
+
+def summary_markdown(runs: Sequence[Mapping], baseline: str = "SFT") -> str:
+    """The sweep pooled per setting over seeds (`setting_summaries`) as one Markdown table."""
+    rows = [row for results in runs for row in sweep_rows(results, baseline)]
+    splits = list(runs[0]["splits"])
+    headers = ["Method", "It.", "lr", "β", "Seeds", "DPO acc.", "Margin"]
+    for split in splits:
+        label = split_label(split)
+        headers += [
+            f"{label} Δ reward per seed",
+            f"{label} Δ reward [95 % CI]",
+            f"{label} up / down",
+            f"{label} invalid",
+        ]
+    lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(headers) - 1)]
+    for summary in setting_summaries(rows):
+        cells = [
+            summary["method"],
+            str(summary["iterations"]),
+            f"{summary['learning_rate']:.0e}",
+            f"{summary['beta']:g}",
+            ", ".join(str(seed) for seed in summary["seeds"]),
+            _number(summary["accuracy"], ".2f"),
+            _number(summary["margin"], ".2f"),
+        ]
+        for split in splits:
+            cell = summary["splits"][split]
+            cells += [
+                ", ".join(_number(d, "+.1f") for d in cell["deltas"]),
+                _interval_text(cell["interval"]),
+                "—" if cell["up"] is None else f"{cell['up']} / {cell['down']}",
+                f"{_number(cell['invalid'], '.2f')} ({_number(cell['baseline_invalid'], '.2f')})",
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    note = (
+        f"Per setting, paired by seed against {baseline} in the same run: reward ×100 differences, their mean "
+        "with its 95 % Student-t interval over the seeds, tasks up / down summed over the seeds; DPO acc., "
+        f"margin and invalid actions per episode ({baseline}'s in brackets) are means over the seeds."
+    )
+    return note + "\n\n" + "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m coevo_jax.analysis.preference_sweep", description=__doc__
@@ -132,7 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs,
                 [Path(w).stem if Path(w).is_file() else Path(w).name for w in args.workdirs],
                 args.baseline,
-            ),
+            )
+            + "\n"
+            + summary_markdown(runs, args.baseline),
             end="",
         )
     except (OSError, ValueError, KeyError) as err:
