@@ -29,6 +29,7 @@ from coevo_jax.reporting.results import (
     sorted_iterations,
     split_label,
 )
+from coevo_jax.reporting.tables import interval_cell
 
 
 def _invalid(evals: Mapping, split: str) -> tuple[float | None, float | None]:
@@ -170,14 +171,6 @@ def setting_summaries(rows: Sequence[Mapping]) -> list[dict]:
     return summaries
 
 
-def _interval_text(stat: Mapping | None) -> str:
-    if stat is None:
-        return "—"
-    if stat["low"] is None:
-        return f"{stat['mean']:+.1f}"
-    return f"{stat['mean']:+.1f} [{stat['low']:+.1f}, {stat['high']:+.1f}]"
-
-
 def summary_markdown(runs: Sequence[Mapping], baseline: str = "SFT") -> str:
     """The sweep pooled per setting over seeds (`setting_summaries`) as one Markdown table."""
     rows = [row for results in runs for row in sweep_rows(results, baseline)]
@@ -206,7 +199,7 @@ def summary_markdown(runs: Sequence[Mapping], baseline: str = "SFT") -> str:
             cell = summary["splits"][split]
             cells += [
                 ", ".join(_number(d, "+.1f") for d in cell["deltas"]),
-                _interval_text(cell["interval"]),
+                "—" if cell["interval"] is None else interval_cell(cell["interval"]),
                 "—" if cell["up"] is None else f"{cell['up']} / {cell['down']}",
                 f"{_number(cell['invalid'], '.2f')} ({_number(cell['baseline_invalid'], '.2f')})",
             ]
