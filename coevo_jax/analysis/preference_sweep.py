@@ -26,6 +26,7 @@ from coevo_jax.reporting.results import (
     final_scores,
     load_results,
     results_path,
+    sample_stat,
     sorted_iterations,
     split_label,
 )
@@ -124,9 +125,9 @@ def sweep_markdown(runs: Sequence[Mapping], names: Sequence[str], baseline: str 
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    """Mean of the recorded values (None where none is)."""
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
+    """Mean of the recorded values (`sample_stat`'s; None where none is)."""
+    stat = sample_stat(values)
+    return None if stat is None else stat["mean"]
 
 
 def setting_summaries(rows: Sequence[Mapping]) -> list[dict]:
