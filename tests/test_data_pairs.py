@@ -15,7 +15,9 @@ from coevo_jax.data.pairs import (
     FAILURE_AGENT_VS_FAILURE_AGENT,
     FAILURE_VS_FAILURE,
     TARGET_VS_TARGET,
+    build_best_of_n_pairs,
     build_eto_pairs,
+    build_expert_failure_pairs,
     build_failure_pairs,
     build_positive_agent_pairs,
     build_target_pairs,
@@ -154,6 +156,50 @@ def test_target_pairs_eq8_and_report():
     assert json.loads(report.to_json()) == report.to_dict()
 
 
+def test_expert_failure_pairs_are_eq8_without_failure_pairs_and_without_successes():
+    success_over_expert = traj("D/tgt1", 1.0)  # beats D's imperfect expert: eq. 8 pairs it, this does not
+    dataset = build_expert_failure_pairs(EXPERTS, [*TARGET, success_over_expert], FAILURE_AGENT)
+    assert summary(dataset) == [p for p in EXPECTED_D_TGT if p[0] != FF]
+    assert (ET, "D/tgt1", "D/exp0", 0.5, 0.5, HN) in summary(
+        build_target_pairs(EXPERTS, [*TARGET, success_over_expert], FAILURE_AGENT)
+    )
+    report = dataset.report
+    assert (report.name, report.num_pairs, report.pairs_by_kind) == (
+        "D_tgt_expert_failure",
+        10,
+        {EF: 4, ET: 6},
+    )
+    assert (report.num_hard_negatives, report.ties_skipped) == (3, 0)  # A/fail1, A/tgt3, D/exp0 rejected
+    assert report.duplicates_removed == {"expert": 0, "failure": 0, "target": 1}
+    no_expert = build_expert_failure_pairs(EXPERTS[:1], [traj("B/tgt0", 0.3)], [traj("B/fail0", 0.2)])
+    assert len(no_expert) == 0  # task B has no expert here
+
+
+def test_best_of_n_rejects_the_highest_reward_failure_of_each_task():
+    sampled = [
+        traj("E/tgt0", 0.4),
+        traj("E/tgt1", 1.0),  # a success: never the rejected side
+        traj("E/tgt2", 0.6),
+        traj("E/tgt3", 0.6),  # ties with E/tgt2: the smaller id is kept
+        traj("F/tgt0", 1.0),
+        traj("F/tgt1", 1.0),  # every episode of F succeeded: no pair
+        traj("G/tgt0", 0.9),  # G has no expert
+    ]
+    experts = [*EXPERTS, traj("E/exp0", 1.0), traj("F/exp0", 1.0)]
+    dataset = build_best_of_n_pairs(experts, [*TARGET, *sampled])
+    assert summary(dataset) == [
+        (ET, "A/exp0", "A/tgt3", 1.0, 0.0, HN),  # 0.7 beats A's other failures 0.5 and 0.2
+        (ET, "B/exp0", "B/tgt0", 1.0, 0.0, False),
+        (ET, "C/exp0", "C/tgt0", 1.0, 0.0, False),
+        (ET, "D/tgt0", "D/exp0", 1.0, 0.0, HN),  # the failure beat the imperfect expert: it is chosen
+        (ET, "E/exp0", "E/tgt2", 1.0, 0.0, HN),
+    ]
+    assert (dataset.report.name, dataset.report.duplicates_removed["predicted"]) == ("best_of_n", 1)
+    assert all(p.rejected.traj_id != "E/tgt0" for p in build_best_of_n_pairs(experts, sampled))
+    lenient = build_best_of_n_pairs(experts, sampled, success_threshold=0.6)  # 0.6 counts as success
+    assert summary(lenient) == [(ET, "E/exp0", "E/tgt0", 1.0, 0.0, False)]
+
+
 def test_eto_pairs_higher_reward_chosen_ties_skipped():
     dataset = build_eto_pairs(EXPERTS, TARGET)
     assert summary(dataset) == [
@@ -221,6 +267,11 @@ def test_builders_ignore_input_order(seed):
     shuffled = [rng.sample(x, len(x)) for x in (EXPERTS, TARGET, FAILURE_AGENT)]
     assert summary(build_target_pairs(*shuffled)) == EXPECTED_D_TGT
     assert summary(build_failure_pairs(shuffled[1], shuffled[2])) == EXPECTED_D_FAIL
+    expert_failure = build_expert_failure_pairs(EXPERTS, TARGET, FAILURE_AGENT)
+    assert summary(build_expert_failure_pairs(*shuffled)) == summary(expert_failure)
+    assert summary(build_best_of_n_pairs(shuffled[0], shuffled[1])) == summary(
+        build_best_of_n_pairs(EXPERTS, TARGET)
+    )
 
 
 def test_capped_pairs_are_a_seeded_subset():

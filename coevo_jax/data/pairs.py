@@ -21,7 +21,11 @@ Functions:
 * `build_target_pairs` (eq. 8): D_tgt, for the target agent: (e_exp, e_tgt) and (e_exp, e_fail) over all
   predictions with weights (0.5, 0.5), plus F_tgt x F_fail with weights (1.0, 0.0) (eq. 9). With perfect
   experts (r = 1) the expert is always the chosen side and successful predictions tie (no pair).
+* `build_expert_failure_pairs`: the authors' latest D_tgt: the expert vs each failure of either agent,
+  weights (0.5, 0.5), no failure-failure pairs.
 * `build_eto_pairs`: the ETO baseline, the expert vs each of the policy's predictions, weights (1, 0).
+* `build_best_of_n_pairs`: the Best-of-N control: the expert vs the highest-reward failure among each task's
+  N sampled episodes, weights (1, 0).
 * `build_positive_agent_pairs`: the "positive agent" ablation: a second agent trained as ETO trains, on
   expert vs that agent's own predictions.
 * `select_rft`: the RFT baseline's SFT set: the experts plus the policy's successes (duplicates dropped).
@@ -289,6 +293,43 @@ def build_target_pairs(
     )
 
 
+def build_expert_failure_pairs(
+    expert_trajectories: Iterable[Trajectory],
+    target_trajectories: Iterable[Trajectory],
+    failure_agent_trajectories: Iterable[Trajectory],
+    *,
+    success_threshold: float = 1.0,
+    hard_negative_threshold: float = DEFAULT_HARD_NEGATIVE_THRESHOLD,
+    max_pairs_per_task: int | None = None,
+    seed: int = 0,
+) -> PreferenceDataset:
+    """The authors' latest D_tgt: (e_exp, e) for each failure e in F_tgt and in F_fail, weights (0.5, 0.5).
+
+    Eq. 8 without its F_tgt x F_fail part: the target learns from both agents' failures only against the
+    expert, each trained by eq. 9 with the expert-pair weights. Successful predictions make no pair.
+    """
+    _check_threshold(hard_negative_threshold)
+    counts = _Counts()
+    experts = _pool("expert", expert_trajectories, counts)
+    target = _failures(_pool("target", target_trajectories, counts), success_threshold)
+    agent = _failures(_pool("failure", failure_agent_trajectories, counts), success_threshold)
+    per_task = {
+        task: [
+            *_cross_pairs(experts[task], target.get(task, []), EXPERT_VS_TARGET, EXPERT_PAIR_WEIGHTS, counts),
+            *_cross_pairs(experts[task], agent.get(task, []), EXPERT_VS_FAILURE, EXPERT_PAIR_WEIGHTS, counts),
+        ]
+        for task in experts.keys() & (target.keys() | agent.keys())
+    }
+    return _finalize(
+        "D_tgt_expert_failure",
+        per_task,
+        counts,
+        max_pairs_per_task=max_pairs_per_task,
+        seed=seed,
+        hard_negative_threshold=hard_negative_threshold,
+    )
+
+
 def _expert_vs_predictions(
     name: str,
     kind: str,
@@ -337,6 +378,40 @@ def build_eto_pairs(
         hard_negative_threshold=hard_negative_threshold,
         max_pairs_per_task=max_pairs_per_task,
         seed=seed,
+    )
+
+
+def build_best_of_n_pairs(
+    expert_trajectories: Iterable[Trajectory],
+    policy_trajectories: Iterable[Trajectory],
+    *,
+    success_threshold: float = 1.0,
+    weights: tuple[float, float] = ETO_PAIR_WEIGHTS,
+    hard_negative_threshold: float = DEFAULT_HARD_NEGATIVE_THRESHOLD,
+    seed: int = 0,
+) -> PreferenceDataset:
+    """Best-of-N control: per task, the expert vs the highest-reward failure among the policy's episodes.
+
+    The policy's N episodes of a task (after deduplication) are ranked by environment reward and the best
+    one that still failed (r < `success_threshold`) is the rejected side, ties broken by the smallest
+    trajectory id; a task whose episodes all succeeded makes no pair. One pair per expert of a task: no cap.
+    """
+    _check_threshold(hard_negative_threshold)
+    counts = _Counts()
+    experts = _pool("expert", expert_trajectories, counts)
+    failures = _failures(_pool("predicted", policy_trajectories, counts), success_threshold)
+    per_task = {}
+    for task in experts.keys() & failures.keys():
+        if failures[task]:
+            best = min(failures[task], key=lambda t: (-t.reward, t.traj_id))
+            per_task[task] = _cross_pairs(experts[task], [best], EXPERT_VS_TARGET, weights, counts)
+    return _finalize(
+        "best_of_n",
+        per_task,
+        counts,
+        max_pairs_per_task=None,
+        seed=seed,
+        hard_negative_threshold=hard_negative_threshold,
     )
 
 
