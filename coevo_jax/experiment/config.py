@@ -21,9 +21,12 @@ from coevo_jax.experiment.task_subsets import TASK_SUBSETS
 from coevo_jax.train.mapping import dataclass_from_mapping
 
 PAPER_METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")  # Table 1 and ablations
+# the authors' latest version (arXiv 2511.22254 v5): its pairing, its co-evolution ablation, its sampling control
+LATEST_METHODS = ("coevo_expert_pairs", "coevo_frozen_after_1", "best_of_4")
+BEST_OF_N = 4  # episodes `best_of_4` samples per train task
 COEVOLVE_METHODS = tuple(ABLATIONS)  # CoEvolve (arXiv 2604.15840): GRPO + rounds, and its ablations
 # GRPO is ours (the paper's RL row is PPO); zero-shot evaluates the checkpoint untrained (CoEvolve's tables)
-METHODS = ("zero_shot", *PAPER_METHODS, "grpo", *COEVOLVE_METHODS)
+METHODS = ("zero_shot", *PAPER_METHODS, *LATEST_METHODS, "grpo", *COEVOLVE_METHODS)
 METHOD_TITLES = {
     "zero_shot": "Zero-shot",
     "sft": "SFT",
@@ -32,6 +35,9 @@ METHOD_TITLES = {
     "coevo": "CoEvolving",
     "coevo_positive": "CoEvolving (positive agent)",
     "coevo_frozen": "CoEvolving (frozen failure agent)",
+    "coevo_expert_pairs": "CoEvolving (expert–failure pairs)",
+    "coevo_frozen_after_1": "CoEvolving (frozen after iteration 1)",
+    "best_of_4": "Best-of-4",
     "grpo": "GRPO",
     "coevolve": "CoEvolve",
     "coevolve_forgetting": "CoEvolve (forgetting only)",
@@ -263,6 +269,12 @@ class ExperimentConfig:
             raise ValueError(f"methods {list(self.methods)}: each must be one of {METHODS}")
         if self.iterations < 1:
             raise ValueError(f"iterations must be >= 1, got {self.iterations}")
+        samples = self.rollout.samples_per_task
+        if "best_of_4" in self.methods and not (0 < samples <= BEST_OF_N and BEST_OF_N % samples == 0):
+            raise ValueError(
+                f"best_of_4 samples {BEST_OF_N} episodes per task: rollout.samples_per_task ({samples}) "
+                f"must divide {BEST_OF_N}"
+            )
         if any(not 0 < b <= self.max_length for b in self.length_buckets):
             raise ValueError(
                 f"length_buckets {self.length_buckets}: each must be in 1..max_length ({self.max_length})"

@@ -15,6 +15,12 @@ and evaluates the new target policy.
 * `coevo_positive`: the failure agent replaced by a "positive agent" that learns as ETO does; the target
   agent's D_tgt uses the positive agent's episodes in its place.
 * `coevo_frozen`: the failure agent stays the SFT policy (it explores afresh every iteration, never trains).
+* `coevo_expert_pairs` (the authors' latest version): as `coevo`, but the target's pairs are the expert vs
+  each failure of either agent (DPO + SFT, eq. 9's expert weights), no failure-failure pairs.
+* `coevo_frozen_after_1` (the latest version's "w/o co-evolution"): as `coevo`, but the failure agent trains
+  in iteration 1 only and explores with that policy afterwards.
+* `best_of_4` (the latest version's sampling control): the target samples 4 episodes per train task; the
+  highest-reward failure among them is the rejected side against the expert; DPO as ETO (`run_best_of_4`).
 * `grpo` (ours; not in the paper, whose RL row is PPO): each iteration runs `grpo.steps_per_iteration`
   GRPO steps (CoEvolve eq. 1, `experiment.grpo`) from the policy the last one ended with, the SFT target
   policy at the start and as the KL reference.
@@ -28,8 +34,8 @@ from __future__ import annotations
 
 from coevo_jax.data import pairs as pair_builders
 from coevo_jax.experiment import coevolve_loop
-from coevo_jax.experiment.config import COEVOLVE_METHODS
-from coevo_jax.experiment.rollouts import pairable, usable
+from coevo_jax.experiment.config import BEST_OF_N, COEVOLVE_METHODS
+from coevo_jax.experiment.rollouts import failed_by_both, pairable, usable
 from coevo_jax.experiment.stages import BASE, SFT_TARGET, Stages
 from coevo_jax.train import StepKind
 
@@ -120,22 +126,72 @@ def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
     return history
 
 
+def run_best_of_4(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    """Best-of-4: each iteration the target plays every train task 4 times (`BEST_OF_N` episodes:
+    `rollout.samples_per_task` x the repeat), and each task's highest-reward failure among them is the rejected
+    side against the task's expert; DPO (eq. 7) with ETO's weights, epochs, lr and beta.
+
+    Our reading of the authors' control: their page says only that 4 trajectories are sampled per instruction
+    and selected by the highest environment reward. A selected success would tie with a perfect expert and
+    make no pair, so the selection runs over the failures: the sampled negative closest to success. A task
+    whose 4 episodes all succeed makes no pair. `match_exploration` does not apply (N fixes the budget).
+    """
+    current = SFT_TARGET
+    repeat = BEST_OF_N // stages.setup.cfg.rollout.samples_per_task
+    history = run_sft(stages, iterations, on_iteration)
+    for k in range(1, iterations + 1):
+        explored, summary = stages.explore(current, k, repeat=repeat)
+        current, record = stages.train_pairs(
+            f"best_of_4_it{k}_target",
+            current,
+            lambda explored=explored: pair_builders.build_best_of_n_pairs(
+                stages.experts, pairable(explored, context_limited=stages.setup.cfg.dpo.pair_context_limited)
+            ),
+            kind=StepKind.DPO,
+            iteration=k,
+        )
+        entry = _iteration(
+            k,
+            stages.evaluate(current),
+            {"target": summary},
+            {"target": _pair_summary(record)},
+            {"target": _train_summary(record)},
+        )
+        on_iteration(entry)
+        history.append(entry)
+    return history
+
+
+def _failure_agent_trains_on_failure_pairs(variant: str, iteration: int) -> bool:
+    """Whether the failure agent of `variant` trains on D_fail (eq. 6-7) at `iteration`."""
+    return variant in ("coevo", "coevo_expert_pairs") or (
+        variant == "coevo_frozen_after_1" and iteration == 1
+    )
+
+
 def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "coevo") -> list[dict]:
-    """`variant`: 'coevo' (the paper), 'coevo_positive' or 'coevo_frozen' (the ablations).
+    """`variant`: 'coevo' (the paper's eq. 8), 'coevo_expert_pairs' (the authors' latest pairing), or an
+    ablation: 'coevo_positive', 'coevo_frozen' (never trained), 'coevo_frozen_after_1'.
 
     `failure` is the policy in the failure agent's seat: the failure agent, the positive agent of
-    'coevo_positive', or the SFT failure policy that 'coevo_frozen' never trains.
+    'coevo_positive', or the SFT failure policy that 'coevo_frozen' never trains. Each iteration's entry
+    also counts the explored train tasks both agents failed (`failed_by_both`): eq. 6's pairs come from those.
     """
     target, failure = SFT_TARGET, stages.base_sft("failure")
     cap = stages.setup.cfg.dpo.max_pairs_per_task
     within, cut = stages.setup.cfg.dpo.include_within_agent, stages.setup.cfg.dpo.pair_context_limited
+    if variant == "coevo_expert_pairs":
+        build_target = pair_builders.build_expert_failure_pairs
+    else:
+        build_target = pair_builders.build_target_pairs
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
         target_eps, target_summary = stages.explore(target, k)
         failure_eps, failure_summary = stages.explore(failure, k)
+        both_failed = failed_by_both(target_eps, failure_eps)
         target_eps, failure_eps = (pairable(e, context_limited=cut) for e in (target_eps, failure_eps))
         pairs, train = {}, {}
-        if variant == "coevo":
+        if _failure_agent_trains_on_failure_pairs(variant, k):
             failure, record = stages.train_pairs(
                 f"{variant}_it{k}_failure",
                 failure,
@@ -162,9 +218,7 @@ def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "
         target, record = stages.train_pairs(
             f"{variant}_it{k}_target",
             target,
-            lambda t=target_eps, f=failure_eps: pair_builders.build_target_pairs(
-                stages.experts, t, f, max_pairs_per_task=cap
-            ),
+            lambda t=target_eps, f=failure_eps: build_target(stages.experts, t, f, max_pairs_per_task=cap),
             kind=StepKind.COEVO,
             iteration=k,
         )
@@ -172,6 +226,7 @@ def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "
         entry = _iteration(
             k, stages.evaluate(target), {"target": target_summary, "failure": failure_summary}, pairs, train
         )
+        entry["failed_by_both"] = both_failed
         on_iteration(entry)
         history.append(entry)
     return history
@@ -212,9 +267,16 @@ def run_coevolve(stages: Stages, iterations: int, on_iteration, *, method: str =
     return history
 
 
-FAILURE_AGENT_METHODS = ("coevo", "coevo_positive", "coevo_frozen")  # those that train from `sft_failure`
+# those that train from `sft_failure`
+FAILURE_AGENT_METHODS = (
+    "coevo",
+    "coevo_positive",
+    "coevo_frozen",
+    "coevo_expert_pairs",
+    "coevo_frozen_after_1",
+)
 # those whose pairs put an explored episode against its task's expert trajectory (eq. 7-8)
-EXPERT_PAIR_METHODS = ("eto", *FAILURE_AGENT_METHODS)
+EXPERT_PAIR_METHODS = ("eto", "best_of_4", *FAILURE_AGENT_METHODS)
 
 METHOD_RUNNERS = {
     "zero_shot": run_zero_shot,
@@ -224,6 +286,9 @@ METHOD_RUNNERS = {
     "coevo": run_coevo,
     "coevo_positive": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_positive"),
     "coevo_frozen": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_frozen"),
+    "coevo_expert_pairs": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_expert_pairs"),
+    "coevo_frozen_after_1": lambda s, n, cb: run_coevo(s, n, cb, variant="coevo_frozen_after_1"),
+    "best_of_4": run_best_of_4,
     "grpo": run_grpo,
     **{m: lambda s, n, cb, m=m: run_coevolve(s, n, cb, method=m) for m in COEVOLVE_METHODS},
 }

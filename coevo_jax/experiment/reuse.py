@@ -55,6 +55,9 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "coevo": ("dpo", "sft_per_token"),
     "coevo_positive": ("dpo", "sft_per_token"),
     "coevo_frozen": ("dpo", "sft_per_token"),
+    "coevo_expert_pairs": ("dpo", "sft_per_token"),
+    "coevo_frozen_after_1": ("dpo", "sft_per_token"),
+    "best_of_4": ("dpo",),
     "grpo": ("grpo",),
     **{method: ("grpo", "coevolve") for method in ABLATIONS},
 }

@@ -90,6 +90,15 @@ def summarize(trajectories: Sequence[Trajectory], success_threshold: float = 1.0
     }
 
 
+def failed_by_both(
+    first: Sequence[Trajectory], second: Sequence[Trajectory], success_threshold: float = 1.0
+) -> int:
+    """The tasks on which each of two agents' explorations failed at least once: only there can a failure of
+    one be paired with a failure of the other (eq. 6)."""
+    failed = [{t.task_id for t in episodes if t.reward < success_threshold} for episodes in (first, second)]
+    return len(failed[0] & failed[1])
+
+
 def summarize_eval(trajectories: Sequence[Trajectory]) -> dict:
     """`summarize` of an evaluation (one greedy episode per task), with each task's reward (`task_rewards`,
     in split order) so that two policies' decisions can be compared task by task."""
