@@ -27,6 +27,7 @@ from coevo_jax.reporting.figures import (
     plot_reward_curves,
     reward_curves_figure,
 )
+from coevo_jax.reporting.mechanism import mechanism_markdown
 from coevo_jax.reporting.paired import failure_contrast
 from coevo_jax.reporting.report import write_reports
 from coevo_jax.reporting.results import aggregate_runs, failure_series, final_scores
@@ -270,7 +271,8 @@ def test_cli_single_workdir_rewrites_reports_and_prints_table(tmp_path):
     (tmp_path / "table.md").write_text("stale")
     proc = run_cli(tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == table_markdown(results)
+    assert proc.stdout == table_markdown(results) + "\n" + mechanism_markdown(results)
+    assert "### What the co-evolution had to work with" in proc.stdout
     assert (tmp_path / "table.md").read_text() == table_markdown(results)
     assert_png(tmp_path / "reward_curves.png")
     assert_png(tmp_path / "failure_analysis.png")
@@ -281,7 +283,7 @@ def test_cli_old_name_runs_the_same_report(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(results))
     proc = run_cli(tmp_path, module="coevo_jax.experiment.report")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == table_markdown(results)
+    assert proc.stdout.startswith(table_markdown(results))
     assert proc.stdout == run_cli(tmp_path).stdout
 
 
@@ -294,6 +296,7 @@ def test_cli_several_workdirs_print_mean_std_and_write_out(tmp_path):
     proc = run_cli(tmp_path / "0", tmp_path / "1", "--out", out)
     assert proc.returncode == 0, proc.stderr
     contrasts = "\n" + table_markdown_contrasts(runs) + "\n" + table_markdown_failure_contrasts(runs)
+    contrasts += "\n" + mechanism_markdown(runs)
     expected = table_markdown_mean_std(runs) + "\n" + table_markdown_paired(runs, "SFT") + contrasts
     assert proc.stdout == out.read_text() == expected
     assert "| ETO − SFT | Seen |" in expected and "CoEvolving − ETO" in expected

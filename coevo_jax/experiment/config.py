@@ -21,7 +21,7 @@ from coevo_jax.experiment.task_subsets import TASK_SUBSETS
 from coevo_jax.train.mapping import dataclass_from_mapping
 
 PAPER_METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")  # Table 1 and ablations
-# the authors' latest version (arXiv 2511.22254 v5): its pairing, its co-evolution ablation, its sampling control
+# the authors' latest version (arXiv 2511.22254 v5): its pairing, its "w/o co-evolution", its sampling control
 LATEST_METHODS = ("coevo_expert_pairs", "coevo_frozen_after_1", "best_of_4")
 BEST_OF_N = 4  # episodes `best_of_4` samples per train task
 COEVOLVE_METHODS = tuple(ABLATIONS)  # CoEvolve (arXiv 2604.15840): GRPO + rounds, and its ablations
@@ -228,6 +228,7 @@ EXECUTION_FIELDS = (
     "show_progress",
     "rollout.rows",
     "rollout.groups",
+    "warn_failure_pairs_below",
 )
 
 
@@ -262,6 +263,9 @@ class ExperimentConfig:
     # ETO and RFT explore each train task twice as often, so that they play as many episodes per iteration
     # as co-evolution's two agents together (an equal exploration budget per method).
     match_exploration: bool = False
+    # The report and the end of the job's log warn when the failure agent trained on fewer D_fail (eq. 6)
+    # pairs than this in an iteration: the co-evolution then had little to learn from (`reporting.mechanism`).
+    warn_failure_pairs_below: int = 30
 
     def __post_init__(self):
         unknown = [m for m in self.methods if m not in METHODS]
@@ -269,6 +273,8 @@ class ExperimentConfig:
             raise ValueError(f"methods {list(self.methods)}: each must be one of {METHODS}")
         if self.iterations < 1:
             raise ValueError(f"iterations must be >= 1, got {self.iterations}")
+        if self.warn_failure_pairs_below < 0:
+            raise ValueError(f"warn_failure_pairs_below must be >= 0, got {self.warn_failure_pairs_below}")
         samples = self.rollout.samples_per_task
         if "best_of_4" in self.methods and not (0 < samples <= BEST_OF_N and BEST_OF_N % samples == 0):
             raise ValueError(

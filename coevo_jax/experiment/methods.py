@@ -128,8 +128,8 @@ def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
 
 def run_best_of_4(stages: Stages, iterations: int, on_iteration) -> list[dict]:
     """Best-of-4: each iteration the target plays every train task 4 times (`BEST_OF_N` episodes:
-    `rollout.samples_per_task` x the repeat), and each task's highest-reward failure among them is the rejected
-    side against the task's expert; DPO (eq. 7) with ETO's weights, epochs, lr and beta.
+    `rollout.samples_per_task` x the repeat), and each task's highest-reward failure among them is the
+    rejected side against the task's expert; DPO (eq. 7) with ETO's weights, epochs, lr and beta.
 
     Our reading of the authors' control: their page says only that 4 trajectories are sampled per instruction
     and selected by the highest environment reward. A selected success would tie with a perfect expert and

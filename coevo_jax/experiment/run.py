@@ -28,7 +28,7 @@ from coevo_jax.experiment.stages import Stages
 from coevo_jax.experiment.store import RunStore, write_json_atomic
 from coevo_jax.experiment.task_subsets import pick_tasks, tasks_with_experts
 from coevo_jax.experiment.tensorboard import ScalarWriter
-from coevo_jax.reporting import report
+from coevo_jax.reporting import mechanism, report
 from coevo_jax.reporting.results import RESULTS_FILE
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,16 @@ def _check_expert_coverage(cfg: ExperimentConfig, train_tasks: list[str], expert
             f"of the {len(experts)} expert trajectories (env.expert_tasks, env.experts_path), so "
             f"{', '.join(expert_pairing)} would build no expert pairs"
         )
+
+
+def _log_mechanism(results: dict) -> None:
+    """The log ends with what the co-evolution had to work with per iteration, and a warning for each method
+    whose failure agent had too few pairs to learn from (`reporting.mechanism`)."""
+    table = mechanism.mechanism_markdown(results, with_warnings=False)
+    if table:
+        log.info("\n%s", table)
+    for line in mechanism.warnings(results):
+        log.warning("%s", line)
 
 
 def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -> dict:
@@ -190,5 +200,6 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
     if processes.is_primary():
         paths = report.write_reports(results, store.workdir)
         log.info("reports: %s", ", ".join(str(p) for p in paths.values()))
+        _log_mechanism(results)
     processes.barrier("reports")
     return results

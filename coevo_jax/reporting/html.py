@@ -2,9 +2,10 @@
 
 The page (`html_template.html`, plain HTML, CSS and JavaScript: no network, opens from disk) holds Table 1,
 the run's figures as embedded PNGs (`reporting.figures`), the pairs by kind and hard negatives per method,
-iteration and agent, and three browsers over the data (`html_data.page_data`, embedded as JSON and drawn a
-page of 20 at a time): the pairs each pair phase trained on, two trajectories side by side turn by turn with
-the first diverging turn marked; two evaluated policies' test-set episodes side by side per task; a GRPO
+iteration and agent, what the co-evolution had to work with and its warnings (`reporting.mechanism`), and
+three browsers over the data (`html_data.page_data`, embedded as JSON and drawn a page of 20 at a time):
+the pairs each pair phase trained on, two trajectories side by side turn by turn with the first diverging
+turn marked; two evaluated policies' test-set episodes side by side per task; a GRPO
 step's K episodes of a task side by side. Works on any finished or partial workdir.
 """
 
@@ -29,6 +30,9 @@ from coevo_jax.reporting.figures import (
     reward_curves_figure,
 )
 from coevo_jax.reporting.html_data import page_data, pair_counts
+from coevo_jax.reporting.mechanism import HEADERS as MECHANISM_HEADERS
+from coevo_jax.reporting.mechanism import NOTE as MECHANISM_NOTE
+from coevo_jax.reporting.mechanism import mechanism_cells, warnings
 from coevo_jax.reporting.results import coevolve_rounds, final_scores, score_row
 from coevo_jax.reporting.tables import LEGEND, MISSING, table_columns
 
@@ -94,6 +98,17 @@ def pair_counts_html(results: Mapping) -> str:
     return _table(headers, rows, "pair-counts")
 
 
+def mechanism_html(results: Mapping) -> str:
+    """What the co-evolution had to work with per method and iteration (`reporting.mechanism`), each
+    warning first."""
+    cells = mechanism_cells(results)
+    if not cells:
+        return '<p class="note">No method of this run trained on pairs (yet).</p>'
+    found = "".join(f'<p class="warning">{html.escape(line)}</p>' for line in warnings(results))
+    note = f'<p class="note">{html.escape(MECHANISM_NOTE)}</p>'
+    return found + note + _table(MECHANISM_HEADERS, cells, "mechanism")
+
+
 def _json_for_script(data: Mapping) -> str:
     """`data` as JSON safe inside a <script> element (no '<' can close it)."""
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
@@ -109,6 +124,8 @@ def render_page(results: Mapping, data: Mapping, title: str) -> str:
         + figures_html(results)
         + '</div></section><section id="counts"><h2>Pairs by kind and hard negatives</h2>'
         + pair_counts_html(results)
+        + '</section><section id="worked-with"><h2>What the co-evolution had to work with</h2>'
+        + mechanism_html(results)
         + "</section>"
     )
     before, after = template.split("__DATA__")

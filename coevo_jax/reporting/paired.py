@@ -21,7 +21,11 @@ from coevo_jax.reporting.results import failure_series, final_scores, score_row
 DEFAULT_CONTRASTS = (
     ("ETO", "SFT"),
     ("CoEvolving", "ETO"),
+    ("CoEvolving (expert–failure pairs)", "ETO"),  # the authors' latest pairing
+    ("CoEvolving (expert–failure pairs)", "CoEvolving"),
+    ("Best-of-4", "ETO"),  # the latest version's sampling control
     ("CoEvolving", "CoEvolving (frozen failure agent)"),
+    ("CoEvolving", "CoEvolving (frozen after iteration 1)"),
     ("CoEvolving", "CoEvolving (positive agent)"),
     ("RFT", "SFT"),
 )
@@ -29,6 +33,7 @@ DEFAULT_CONTRASTS = (
 # the frozen one (the same SFT policy never trained), and than ETO's target (the paper's comparison)?
 FAILURE_CONTRASTS = (
     ("CoEvolving failure agent", "CoEvolving (frozen failure agent) failure agent"),
+    ("CoEvolving failure agent", "CoEvolving (frozen after iteration 1) failure agent"),
     ("CoEvolving failure agent", "ETO target"),
 )
 

@@ -4,9 +4,11 @@ CoEvolve's pool make-up (PNG) when a CoEvolve method ran.
 One workdir: rewrites its table.md, reward_curves.png, failure_analysis.png and pool_makeup.png
 (`write_reports`) and prints Table 1. Several workdirs (seeds of one study): prints Table 1 as mean ± std over
 them, then each method's difference from the baseline method (`--baseline`, SFT by default) in the same seed
-as mean ± std, then the study's contrasts (ETO − SFT, CoEvolving − ETO, CoEvolving − frozen, CoEvolving −
-positive, RFT − SFT) per seed with 95 % t-intervals and the tasks each moved up / down, and with --figures DIR writes Figures 2 and 3 (mean ± std) and details.md into DIR
-(`write_study_reports`). A
+as mean ± std, then the study's contrasts (`paired.DEFAULT_CONTRASTS`: ETO − SFT, CoEvolving − ETO, the
+latest pairing − ETO, Best-of-4 − ETO, the ablations, RFT − SFT) per seed with 95 % t-intervals and the tasks
+each moved up / down, and with --figures DIR writes Figures 2 and 3 (mean ± std) and details.md into DIR
+(`write_study_reports`). Both then print what the co-evolution had to work with per iteration (mean ± std
+over several runs) and a warning where the failure agent had too few pairs (`reporting.mechanism`). A
 WORKDIR argument may also name a results file itself. Every file is written atomically.
 
 `--html OUT.html` (one workdir) also writes the run's self-contained HTML page (`reporting.html`: the
@@ -36,6 +38,7 @@ from coevo_jax.reporting.figures import (
     plot_reward_curves,
 )
 from coevo_jax.reporting.html import write_html_report
+from coevo_jax.reporting.mechanism import mechanism_markdown
 from coevo_jax.reporting.results import coevolve_rounds, load_results, results_path
 from coevo_jax.reporting.tables import (
     details_markdown,
@@ -114,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = [load_results(path) for path in paths]
         if len(runs) == 1:
             written = write_reports(runs[0], paths[0].parent)
-            table = table_markdown(runs[0])
+            worked_with = mechanism_markdown(runs[0])
+            table = table_markdown(runs[0]) + ("\n" + worked_with if worked_with else "")
             print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)
             if args.html:
                 size = write_html_report(paths[0].parent, runs[0], args.html)
@@ -127,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             table += "\n" + table_markdown_contrasts(runs)
             failures = table_markdown_failure_contrasts(runs)
             table += "\n" + failures if failures else ""
+            worked_with = mechanism_markdown(runs)
+            table += "\n" + worked_with if worked_with else ""
             if args.figures:
                 written = write_study_reports(runs, args.figures)
                 print("\n".join(f"wrote {path}" for path in written.values()), file=sys.stderr)
