@@ -2,13 +2,15 @@
 pairs, and what each iteration records, with `Stages` replaced by a recorder (no model, no environment)."""
 
 import dataclasses
+import re
 import types
+from pathlib import Path
 
 import pytest
 
 from coevo_jax.data.pairs import EXPERT_VS_FAILURE, EXPERT_VS_TARGET, FAILURE_VS_FAILURE
 from coevo_jax.data.records import Message, Trajectory
-from coevo_jax.experiment.config import ExperimentConfig, RolloutSpec
+from coevo_jax.experiment.config import METHODS, ExperimentConfig, RolloutSpec
 from coevo_jax.experiment.methods import METHOD_RUNNERS
 from coevo_jax.train import StepKind
 
@@ -162,3 +164,11 @@ def test_match_exploration_leaves_best_of_4_at_4_episodes_a_task():
     cfg = dataclasses.replace(ExperimentConfig(methods=("best_of_4",)), match_exploration=True)
     stages, _ = run("best_of_4", iterations=1, cfg=cfg)
     assert stages.explored == [("sft_target", 1, 4)]
+
+
+def test_the_readme_methods_table_names_every_method():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("## Methods") : readme.index("## Configs")]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`(\w+)`", row)}
+    assert set(METHODS) <= named, sorted(set(METHODS) - named)
