@@ -22,51 +22,55 @@ import jax.numpy as jnp
 KEEP_LOGITS_MAX_BYTES = 512 << 20
 
 
-def _chunk_logits(hidden_BxCxD, unembed_DxV, temperature=1.0):
+def _chunk_logits(hidden_BxCxD, unembed_DxV, temperature=1.0, softcap=None):
     """Float32 logits / temperature [B, C, V] of one chunk (the forward, and the backward when it
-    recomputes them)."""
+    recomputes them); with `softcap`, soft-capped first (cap * tanh(logits / cap))."""
     logits = jnp.einsum("bcd,dv->bcv", hidden_BxCxD, unembed_DxV, preferred_element_type=jnp.float32)
+    if softcap is not None:
+        logits = softcap * jnp.tanh(logits / softcap)
     return logits if temperature == 1.0 else logits / temperature
 
 
-def _chunk_forward(hidden_BxCxD, unembed_DxV, targets_BxC, temperature=1.0):
+def _chunk_forward(hidden_BxCxD, unembed_DxV, targets_BxC, temperature=1.0, softcap=None):
     """(token log-probs [B, C], log-normaliser [B, C], logits [B, C, V]) of one chunk, float32."""
-    logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV, temperature)
+    logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV, temperature, softcap)
     log_normaliser_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
     target_BxC = jnp.take_along_axis(logits_BxCxV, targets_BxC[..., None], axis=-1)[..., 0]
     return target_BxC - log_normaliser_BxC, log_normaliser_BxC, logits_BxCxV
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_logits, temperature):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _scan_logprobs(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_logits, temperature, softcap):
     """Token log-probs [K, B, C] of K chunks of C tokens per row (see `token_logprobs_from_hidden`)."""
-    return _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, False, temperature)[0]
+    return _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, False, temperature, softcap)[0]
 
 
-def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_logits, temperature):
+def _scan_logprobs_fwd(hidden_KxBxCxD, unembed_DxV, targets_KxBxC, keep_logits, temperature, softcap):
     def body(_, chunk):
-        logps, log_normaliser, logits = _chunk_forward(chunk[0], unembed_DxV, chunk[1], temperature)
+        logps, log_normaliser, logits = _chunk_forward(chunk[0], unembed_DxV, chunk[1], temperature, softcap)
         return None, (logps, log_normaliser, logits if keep_logits else None)
 
     _, (logps, log_normaliser, logits) = jax.lax.scan(body, None, (hidden_KxBxCxD, targets_KxBxC))
     return logps, (hidden_KxBxCxD, unembed_DxV, targets_KxBxC, log_normaliser, logits)
 
 
-def _scan_logprobs_bwd(keep_logits, temperature, residuals, d_logps_KxBxC):
+def _scan_logprobs_bwd(keep_logits, temperature, softcap, residuals, d_logps_KxBxC):
     """d logp_t / d logits = (onehot(target_t) - softmax(logits / T)) / T: no scatter; the forward's
-    logits if kept, else each chunk's recomputed."""
+    logits if kept, else each chunk's recomputed; times 1 - tanh^2 of the soft cap's argument with one."""
     hidden_KxBxCxD, unembed_DxV, targets_KxBxC, log_normaliser_KxBxC, logits_KxBxCxV = residuals
     vocab = unembed_DxV.shape[1]
 
     def body(d_unembed_DxV, chunk):
         hidden_BxCxD, targets_BxC, log_normaliser_BxC, d_logps_BxC, logits_BxCxV = chunk
         if logits_BxCxV is None:
-            logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV, temperature)
+            logits_BxCxV = _chunk_logits(hidden_BxCxD, unembed_DxV, temperature, softcap)
         probs_BxCxV = jnp.exp(logits_BxCxV - log_normaliser_BxC[..., None])
         onehot_BxCxV = targets_BxC[..., None] == jnp.arange(vocab, dtype=targets_BxC.dtype)
         d_logps = d_logps_BxC.astype(jnp.float32)
         d_logps = d_logps if temperature == 1.0 else d_logps / temperature
         d_logits = d_logps[..., None] * (onehot_BxCxV.astype(jnp.float32) - probs_BxCxV)
+        if softcap is not None:  # d(cap * tanh(z / cap)) / dz = 1 - (capped / cap)^2
+            d_logits = d_logits * (1.0 - jnp.square(logits_BxCxV * temperature / softcap))
         d_logits_BxCxV = d_logits.astype(unembed_DxV.dtype)
         d_hidden_BxCxD = jnp.einsum(
             "bcv,dv->bcd", d_logits_BxCxV, unembed_DxV, preferred_element_type=jnp.float32
@@ -96,10 +100,12 @@ def token_logprobs_from_hidden(
     chunk_size: int = 1024,
     keep_logits: bool | None = None,
     temperature: float = 1.0,
+    softcap: float | None = None,
 ) -> jax.Array:
     """Same numbers as `token_logprobs(hidden @ unembed / temperature, targets)` without materialising
     [B, T, V] logits. `temperature` (a Python float) gives the log-probs of the tempered distribution a
-    sampler draws from (GRPO's importance ratio needs the trainer's and the sampler's to agree).
+    sampler draws from (GRPO's importance ratio needs the trainer's and the sampler's to agree); `softcap`
+    soft-caps the logits first, as the model does (`ModelConfig.final_logit_softcap`).
 
     The gradient is written by hand (onehot - softmax). The backward reuses the forward's logits while all
     of them take at most KEEP_LOGITS_MAX_BYTES (`keep_logits=None`; True keeps them at any size, False
@@ -123,6 +129,11 @@ def token_logprobs_from_hidden(
     hidden_KxBxCxD = hidden.reshape(batch, num_chunks, chunk_len, hidden_size).swapaxes(0, 1)
     targets_KxBxC = targets.reshape(batch, num_chunks, chunk_len).swapaxes(0, 1)
     logps_KxBxC = _scan_logprobs(
-        hidden_KxBxCxD, unembed_DxV, targets_KxBxC, bool(keep_logits), float(temperature)
+        hidden_KxBxCxD,
+        unembed_DxV,
+        targets_KxBxC,
+        bool(keep_logits),
+        float(temperature),
+        None if softcap is None else float(softcap),
     )
     return logps_KxBxC.swapaxes(0, 1).reshape(batch, padded)[:, :length]

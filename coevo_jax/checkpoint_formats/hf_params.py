@@ -65,8 +65,27 @@ def _transpose(x: np.ndarray) -> np.ndarray:
 
 def tensor_mappings(cfg: ModelConfig) -> list[TensorMapping]:
     """All parameters of `Decoder(cfg)` with their HF counterparts, in checkpoint order."""
-    d, f, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    d, v = cfg.hidden_size, cfg.vocab_size
+    out = [TensorMapping("model.embed_tokens.weight", ("embed",), (v, d), _identity, _identity)]
+    for i in range(cfg.num_layers):
+        stack, index = cfg.layer_site(i)
+        layer_cfg = cfg.kind_config(stack[1]) if cfg.layer_types else cfg
+        out += [
+            TensorMapping(f"model.layers.{i}.{name}", (*stack, *path), **conv, layer=index)
+            for name, path, conv in _layer_entries(layer_cfg)
+        ]
+    out.append(TensorMapping("model.norm.weight", ("final_norm", "scale"), (d,), _identity, _identity))
+    if not cfg.tie_word_embeddings:
+        out.append(TensorMapping("lm_head.weight", ("lm_head",), (v, d), _transpose, _transpose))
+    return out
+
+
+def _layer_entries(cfg: ModelConfig) -> list[tuple[str, tuple, dict[str, Any]]]:
+    """(HF name inside `model.layers.<i>.`, path in the block, shape and conversions) of one block of `cfg`
+    (a `kind_config` view when the model has several kinds of layer)."""
+    d, f = cfg.hidden_size, cfg.intermediate_size
     h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    own_k, own_v = not cfg.shares_kv, not cfg.shares_kv and not cfg.attention_k_eq_v
 
     def in_proj(heads: int):  # HF [heads*E, D] <-> [D, heads, E]
         return dict(
@@ -88,52 +107,55 @@ def tensor_mappings(cfg: ModelConfig) -> list[TensorMapping]:
     def vector(n: int):
         return dict(hf_shape=(n,), to_nnx=_identity, to_hf=_identity)
 
-    out = [TensorMapping("model.embed_tokens.weight", ("embed",), (v, d), _identity, _identity)]
-    for i in range(cfg.num_layers):
-        hf = f"model.layers.{i}."
-        entries: list[tuple[str, tuple, dict[str, Any]]] = [
-            ("input_layernorm.weight", ("input_norm", "scale"), vector(d)),
-            ("self_attn.q_proj.weight", ("attn", "q_kernel"), in_proj(h)),
-            ("self_attn.k_proj.weight", ("attn", "k_kernel"), in_proj(k)),
-            ("self_attn.v_proj.weight", ("attn", "v_kernel"), in_proj(k)),
-            (
-                "self_attn.o_proj.weight",
-                ("attn", "o_kernel"),
-                dict(
-                    hf_shape=(d, h * e),
-                    to_nnx=lambda w: w.T.reshape(h, e, d),
-                    to_hf=lambda w: w.reshape(h * e, d).T,
-                ),
+    entries: list[tuple[str, tuple, dict[str, Any]]] = [
+        ("input_layernorm.weight", ("input_norm", "scale"), vector(d)),
+        ("self_attn.q_proj.weight", ("attn", "q_kernel"), in_proj(h)),
+    ]
+    if own_k:
+        entries.append(("self_attn.k_proj.weight", ("attn", "k_kernel"), in_proj(k)))
+    if own_v:
+        entries.append(("self_attn.v_proj.weight", ("attn", "v_kernel"), in_proj(k)))
+    # Gemma's sandwich: `post_attention_layernorm` norms the attention output, `pre_feedforward_layernorm`
+    # the MLP input (our `post_attn_norm`, Llama's `post_attention_layernorm`).
+    pre_mlp = "pre_feedforward_layernorm.weight" if cfg.sandwich_norm else "post_attention_layernorm.weight"
+    entries += [
+        (
+            "self_attn.o_proj.weight",
+            ("attn", "o_kernel"),
+            dict(
+                hf_shape=(d, h * e),
+                to_nnx=lambda w: w.T.reshape(h, e, d),
+                to_hf=lambda w: w.reshape(h * e, d).T,
             ),
-            ("post_attention_layernorm.weight", ("post_attn_norm", "scale"), vector(d)),
-            ("mlp.gate_proj.weight", ("mlp", "gate_kernel"), dense(d, f)),
-            ("mlp.up_proj.weight", ("mlp", "up_kernel"), dense(d, f)),
-            ("mlp.down_proj.weight", ("mlp", "down_kernel"), dense(f, d)),
+        ),
+        (pre_mlp, ("post_attn_norm", "scale"), vector(d)),
+        ("mlp.gate_proj.weight", ("mlp", "gate_kernel"), dense(d, f)),
+        ("mlp.up_proj.weight", ("mlp", "up_kernel"), dense(d, f)),
+        ("mlp.down_proj.weight", ("mlp", "down_kernel"), dense(f, d)),
+    ]
+    if cfg.sandwich_norm:
+        entries += [
+            ("post_attention_layernorm.weight", ("attn_out_norm", "scale"), vector(d)),
+            ("post_feedforward_layernorm.weight", ("mlp_out_norm", "scale"), vector(d)),
         ]
-        if cfg.attention_bias:
-            entries += [
-                ("self_attn.q_proj.bias", ("attn", "q_bias"), in_bias(h)),
-                ("self_attn.k_proj.bias", ("attn", "k_bias"), in_bias(k)),
-                ("self_attn.v_proj.bias", ("attn", "v_bias"), in_bias(k)),
-            ]
-        if cfg.attention_out_bias:
-            entries.append(("self_attn.o_proj.bias", ("attn", "o_bias"), vector(d)))
-        if cfg.qk_norm:
-            entries += [
-                ("self_attn.q_norm.weight", ("attn", "q_norm", "scale"), vector(e)),
-                ("self_attn.k_norm.weight", ("attn", "k_norm", "scale"), vector(e)),
-            ]
-        if cfg.mlp_bias:
-            entries += [
-                ("mlp.gate_proj.bias", ("mlp", "gate_bias"), vector(f)),
-                ("mlp.up_proj.bias", ("mlp", "up_bias"), vector(f)),
-                ("mlp.down_proj.bias", ("mlp", "down_bias"), vector(d)),
-            ]
-        out += [TensorMapping(hf + name, ("layers", *path), **conv, layer=i) for name, path, conv in entries]
-    out.append(TensorMapping("model.norm.weight", ("final_norm", "scale"), (d,), _identity, _identity))
-    if not cfg.tie_word_embeddings:
-        out.append(TensorMapping("lm_head.weight", ("lm_head",), (v, d), _transpose, _transpose))
-    return out
+    if cfg.layer_scalar:
+        entries.append(("layer_scalar", ("scalar",), vector(1)))
+    if cfg.attention_bias:
+        entries.append(("self_attn.q_proj.bias", ("attn", "q_bias"), in_bias(h)))
+        entries += [("self_attn.k_proj.bias", ("attn", "k_bias"), in_bias(k))] if own_k else []
+        entries += [("self_attn.v_proj.bias", ("attn", "v_bias"), in_bias(k))] if own_v else []
+    if cfg.attention_out_bias:
+        entries.append(("self_attn.o_proj.bias", ("attn", "o_bias"), vector(d)))
+    if cfg.qk_norm:
+        entries.append(("self_attn.q_norm.weight", ("attn", "q_norm", "scale"), vector(e)))
+        entries += [("self_attn.k_norm.weight", ("attn", "k_norm", "scale"), vector(e))] if own_k else []
+    if cfg.mlp_bias:
+        entries += [
+            ("mlp.gate_proj.bias", ("mlp", "gate_bias"), vector(f)),
+            ("mlp.up_proj.bias", ("mlp", "up_bias"), vector(f)),
+            ("mlp.down_proj.bias", ("mlp", "down_bias"), vector(d)),
+        ]
+    return entries
 
 
 def default_place(name: str, value: np.ndarray, logical_axes: tuple[str, ...]) -> jax.Array:

@@ -37,6 +37,7 @@ from coevo_jax.checkpoint_formats.safetensors_io import (
     open_safetensors_file,
     write_safetensors,
 )
+from coevo_jax.models import gemma4_config
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import Decoder, abstract_model
 from coevo_jax.models.lora import merged_params
@@ -114,13 +115,28 @@ def load_pretrained(
             raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")
         model, tokenizer = _load_gguf(path, overrides, place)
     else:
-        cfg = ModelConfig.from_hf(read_hf_config(path), source=os.path.join(path, CONFIG_FILE), **overrides)
+        hf_config = read_hf_config(path)
+        cfg = ModelConfig.from_hf(hf_config, source=os.path.join(path, CONFIG_FILE), **overrides)
         with open_safetensors(path) as source:
+            if hf_config.get("model_type") == "gemma4":  # the multimodal checkpoint: its language model
+                source = text_stack(source, gemma4_config.MULTIMODAL_PREFIX)
             model = decoder_from_hf_tensors(cfg, source, place)
         tokenizer = _load_tokenizer(path)
     if adapter is not None:
         model = _with_adapter(model, os.fspath(adapter), place)
     return model, tokenizer
+
+
+def text_stack(source: TensorSource, prefix: str) -> TensorSource:
+    """The tensors of a multimodal checkpoint's language model (`prefix`...) under the text model's names
+    (`model.`...) and its `lm_head`; the towers' tensors are left out."""
+    names = {"model." + name[len(prefix) :]: name for name in source.names if name.startswith(prefix)}
+    names.update({name: name for name in source.names if name.startswith("lm_head.")})
+    return TensorSource(
+        names=frozenset(names),
+        read=lambda name: source.read(names[name]),
+        location=lambda name: source.location(names.get(name, name)),
+    )
 
 
 def _with_adapter(base: Decoder, adapter_dir: str, place: PlaceFn | None) -> Decoder:

@@ -122,9 +122,12 @@ def adapter_mappings(cfg: ModelConfig) -> list[TensorMapping]:
     shapes = {path: v.get_value().shape for path, v in nnx.to_flat_state(abstract.filter(nnx.LoRAParam))}
     rank, out = cfg.lora_rank, []
     for i in range(cfg.num_layers):
+        stack, index = cfg.layer_site(i)
         for target in cfg.lora_targets:
             part = SITES[target][0]
-            path = ("layers", part, adapter_name(target))
+            path = (*stack, part, adapter_name(target))
+            if (*path, "a") not in shapes:  # the layer has no such projection (keys as values, KV sharing)
+                continue
             name = f"{_PREFIX}model.layers.{i}.{MODULES[target]}"
             a_in, b_out = shapes[(*path, "a")][1:-1], shapes[(*path, "b")][2:]
             out.append(
@@ -134,7 +137,7 @@ def adapter_mappings(cfg: ModelConfig) -> list[TensorMapping]:
                     (rank, math.prod(a_in)),
                     to_nnx=lambda w, a_in=a_in: w.T.reshape(*a_in, rank),
                     to_hf=lambda a: a.reshape(-1, rank).T,
-                    layer=i,
+                    layer=index,
                 )
             )
             out.append(
@@ -144,7 +147,7 @@ def adapter_mappings(cfg: ModelConfig) -> list[TensorMapping]:
                     (math.prod(b_out), rank),
                     to_nnx=lambda w, b_out=b_out: w.T.reshape(rank, *b_out),
                     to_hf=lambda b: b.reshape(rank, -1).T,
-                    layer=i,
+                    layer=index,
                 )
             )
     return out

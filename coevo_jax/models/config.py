@@ -16,7 +16,12 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "gemma4_text")
+# `ModelConfig.layer_types`: what each layer's attention attends (Gemma 4 interleaves the two).
+LAYER_TYPES = ("full_attention", "sliding_attention")
+# A layer whose keys and values are another layer's (Gemma 4's KV sharing): its kind is its type plus this.
+SHARED_KV = "_shared_kv"
+ACTIVATIONS = ("silu", "gelu_tanh")
 # The projections a LoRA adapter can sit on (attention q/k/v/o, SwiGLU gate/up/down), in a fixed order.
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 # `ModelConfig.attention`: how full-sequence passes attend (see `coevo_jax.models.fused_attention`).
@@ -95,6 +100,29 @@ class ModelConfig:
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0  # on each adapter's input, in the train steps only
     lora_targets: tuple[str, ...] = LORA_TARGETS
+    # Gemma-style options (all off for Llama / Qwen). `layer_types` empty: every layer full attention, one
+    # stack of blocks; given: one stack per kind of layer (`layer_kinds`), each kind's blocks built from
+    # `kind_config(kind)`. The 'global_*' fields describe the full-attention layers of such a stack.
+    hidden_act: str = "silu"  # the MLP's gate activation ('gelu_tanh': GELU, tanh approximation)
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int = 0  # sliding layers: query t attends positions (t - window, t]
+    global_head_dim: int | None = None
+    global_kv_heads: int | None = None
+    global_rope_theta: float | None = None
+    partial_rotary_factor: float = 1.0  # fraction of the rotary pairs that turn (the rest stay at angle 0)
+    global_partial_rotary_factor: float = 1.0
+    attention_k_eq_v: bool = False  # full-attention layers: values are the key projection's output
+    num_kv_shared_layers: int = (
+        0  # the last n layers reuse the keys / values of the last earlier one of their type
+    )
+    double_wide_mlp: bool = False  # the KV-sharing layers' MLP is twice as wide
+    query_scale: float | None = None  # attention score scale (None: head_dim ** -0.5)
+    value_norm: bool = False  # unscaled RMSNorm over head_dim on values
+    sandwich_norm: bool = False  # RMSNorm on the attention and MLP outputs too, before the residual add
+    layer_scalar: bool = False  # each block's output multiplied by a learned scalar
+    embed_scale: bool = False  # input embeddings multiplied by sqrt(hidden_size)
+    final_logit_softcap: float | None = None  # logits = cap * tanh(logits / cap)
+    block_kind: str = ""  # set in `kind_config`'s view of one kind of layer; empty in a model's config
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -112,6 +140,7 @@ class ModelConfig:
                 raise ValueError(f"{name}={getattr(self, name)!r} not in {choices}")
         if self.token_shift < 0:
             raise ValueError(f"token_shift={self.token_shift} must be >= 0")
+        self._check_layer_types()
         self._check_lora()
         # Canonicalise dtypes so that equal configs hash equally ("bfloat16" == jnp.bfloat16).
         object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
@@ -134,6 +163,82 @@ class ModelConfig:
         object.__setattr__(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
         object.__setattr__(self, "lora_alpha", float(self.lora_alpha))
         object.__setattr__(self, "lora_dropout", float(self.lora_dropout))
+
+    def _check_layer_types(self) -> None:
+        """Validates the per-layer fields (`layer_types` as a tuple, so that equal configs hash equally)."""
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act={self.hidden_act!r} not in {ACTIVATIONS}")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ValueError(f"{len(self.layer_types)} layer_types for {self.num_layers} layers")
+        unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
+        if unknown:
+            raise ValueError(f"layer_types {unknown} not among {LAYER_TYPES}")
+        if "sliding_attention" in self.layer_types and self.sliding_window < 1:
+            raise ValueError(f"sliding layers need sliding_window >= 1, got {self.sliding_window}")
+        if not 0 <= self.num_kv_shared_layers < max(self.num_layers, 1):
+            raise ValueError(
+                f"num_kv_shared_layers={self.num_kv_shared_layers} must leave a layer of its own"
+            )
+        if self.num_kv_shared_layers and not self.layer_types:
+            raise ValueError("KV sharing needs layer_types")
+        for i in range(self.num_layers - self.num_kv_shared_layers, self.num_layers):
+            if self.kv_source(i) is None:
+                raise ValueError(
+                    f"layer {i} shares keys / values but no earlier {self.layer_types[i]} layer has them"
+                )
+
+    def layer_kind(self, layer: int) -> str:
+        """The kind of block layer `layer` is: its type, plus `SHARED_KV` when it reuses another's keys."""
+        kind = self.layer_types[layer] if self.layer_types else "full_attention"
+        return kind + SHARED_KV if layer >= self.num_layers - self.num_kv_shared_layers else kind
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """The distinct kinds of block, in order of first appearance."""
+        return tuple(dict.fromkeys(self.layer_kind(i) for i in range(self.num_layers)))
+
+    def layer_site(self, layer: int) -> tuple[tuple[str, ...], int]:
+        """(path of the stacked blocks that hold layer `layer`, its index on their leading axis): the one
+        stack ('layers',) without `layer_types`, else ('layers', kind)."""
+        if not self.layer_types:
+            return ("layers",), layer
+        kind = self.layer_kind(layer)
+        return ("layers", kind), sum(self.layer_kind(i) == kind for i in range(layer))
+
+    def kv_source(self, layer: int) -> int | None:
+        """The layer whose keys / values layer `layer` attends: its own (`layer`) unless it shares them, then
+        the last layer before the shared ones of its type (None when there is none)."""
+        first_shared = self.num_layers - self.num_kv_shared_layers
+        if layer < first_shared:
+            return layer
+        same = [i for i in range(first_shared) if self.layer_types[i] == self.layer_types[layer]]
+        return same[-1] if same else None
+
+    def kind_config(self, kind: str) -> ModelConfig:
+        """The config one kind of block is built from: head size, key/value heads, RoPE and window of its
+        type; the model's `layer_types` dropped (so it has one stack), `block_kind` set."""
+        full = kind.startswith("full_attention")
+        shared = kind.endswith(SHARED_KV)
+        changes: dict[str, Any] = dict(layer_types=(), num_kv_shared_layers=0, block_kind=kind)
+        if full:
+            changes.update(sliding_window=0, partial_rotary_factor=self.global_partial_rotary_factor)
+            if self.global_head_dim is not None:
+                changes["head_dim"] = self.global_head_dim
+            if self.global_kv_heads is not None:
+                changes["num_kv_heads"] = self.global_kv_heads
+            if self.global_rope_theta is not None:
+                changes["rope_theta"] = self.global_rope_theta
+        else:
+            changes["attention_k_eq_v"] = False
+        if shared and self.double_wide_mlp:
+            changes["intermediate_size"] = 2 * self.intermediate_size
+        return self.replace(**changes)
+
+    @property
+    def shares_kv(self) -> bool:
+        """A `kind_config` view of blocks without key / value projections of their own."""
+        return self.block_kind.endswith(SHARED_KV)
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (e.g. `dtype=jnp.bfloat16`)."""
@@ -159,6 +264,10 @@ class ModelConfig:
         if not isinstance(hf_config, Mapping):
             raise ValueError(f"{source}: expected a JSON object, got {type(hf_config).__name__}")
         model_type = hf_config.get("model_type")
+        if model_type in ("gemma4", "gemma4_text"):
+            from coevo_jax.models.gemma4_config import fields_from_hf
+
+            return cls(**{**fields_from_hf(hf_config, source), **overrides})
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
                 f"{source}: unsupported architecture model_type={model_type!r} "
@@ -219,6 +328,10 @@ class ModelConfig:
             raise ValueError(
                 f"token_shift={self.token_shift}: no Hugging Face architecture has a token shift"
             )
+        if self.model_type == "gemma4_text":
+            from coevo_jax.models.gemma4_config import to_hf
+
+            return to_hf(self)
         if self.model_type == "qwen2" and (not self.attention_bias or self.attention_out_bias):
             raise ValueError("qwen2 requires q/k/v bias and no output bias")
         if self.model_type != "qwen2" and self.attention_bias != self.attention_out_bias:

@@ -1,4 +1,4 @@
-"""Flax NNX decoder-only transformer for the Llama-2/3, Qwen2/2.5, Qwen3 and SmolLM2 families.
+"""Flax NNX decoder-only transformer for the Llama-2/3, Qwen2/2.5, Qwen3, SmolLM2 and Gemma 4 families.
 
 Pre-norm blocks (`blocks.Block`: grouped-query attention with RoPE, optional q/k/v bias and per-head q/k
 RMSNorm, and a SwiGLU MLP). Positions come from the attention mask (`cumsum(mask) - 1`), so left- and
@@ -13,7 +13,9 @@ The blocks are one `Block` module whose parameters are the layers' stacked on a 
 (`Decoder.layers`: `layers.attn.q_kernel` is [L, D, H, E]); both entry points run them under one
 `lax.scan`, a layer per step, so a program holds one block's code whatever the depth, FSDP gathers one
 layer's weights at a time (inside the step), and `remat` recomputes one layer at a time. With
-`unroll_layers` the full-sequence passes unroll that scan (a program then holds every layer's code).
+`unroll_layers` the full-sequence passes unroll that scan (a program then holds every layer's code). A model
+with several kinds of layer (`ModelConfig.layer_types`: Gemma 4's sliding and full attention) has one such
+stack per kind, `Decoder.layers[kind]`, walked in runs (`mixed_layers`), and a cache of per-layer buffers.
 
 The config is resolved when the decoder is built (`kernels.resolve`: the platform, the kernel set, the
 attention), and `Decoder.config` is the resolved one. With `ModelConfig.lora_rank` > 0 the target
@@ -38,6 +40,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from coevo_jax.models import mixed_layers
 from coevo_jax.models.blocks import Block
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.kernels import kernel_set, resolve
@@ -56,16 +59,17 @@ class Decoder(nnx.Module):
         self.kernels = kernel_set(cfg)
         d, v, pd = cfg.hidden_size, cfg.vocab_size, cfg.param_dtype
         self.embed = param(normal(rngs, (v, d), pd), ("vocab", "embed"))
-        blocks = [Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)]
+        blocks = [] if cfg.layer_types else [Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)]
+        stacks = mixed_layers.build_stacks(cfg, rngs) if cfg.layer_types else None
         self.final_norm = RMSNorm(d, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd)
         self.lm_head = (
             None if cfg.tie_word_embeddings else param(normal(rngs, (d, v), pd), ("embed", "vocab"))
         )
         shift = cfg.token_shift
         self.token_shift = param(jnp.zeros((shift, d), pd), ("norm", "embed")) if shift else None
-        if cfg.lora_rank:
+        if cfg.lora_rank and blocks:
             add_adapters(blocks, cfg, rngs)  # after every base weight: a LoRA decoder has the base's weights
-        self.layers = stack_layers(blocks)
+        self.layers = stacks if cfg.layer_types else stack_layers(blocks)
         self.layer_shardings = None  # set by `partition.bind`: how the scan gathers each layer for compute
 
     @property
@@ -76,7 +80,10 @@ class Decoder(nnx.Module):
 
     def embed_tokens(self, input_ids_BxT: jax.Array) -> jax.Array:
         """Token embeddings [B, T, D] in the compute dtype."""
-        x_BxTxD = jnp.take(self.embed[...], input_ids_BxT, axis=0).astype(self.config.dtype)
+        x_BxTxD = jnp.take(self.embed[...], input_ids_BxT, axis=0)
+        if self.config.embed_scale:  # sqrt(D) rounded to the table's dtype, as Gemma's checkpoints expect
+            x_BxTxD = x_BxTxD * jnp.asarray(self.config.hidden_size**0.5, x_BxTxD.dtype)
+        x_BxTxD = x_BxTxD.astype(self.config.dtype)
         return constrain(x_BxTxD, ("batch", "length", "embed"))
 
     def logits_from_hidden(self, hidden_BxTxD: jax.Array) -> jax.Array:
@@ -84,6 +91,9 @@ class Decoder(nnx.Module):
         tied = self.lm_head is None
         table = self.embed[...] if tied else self.lm_head[...]
         logits_BxTxV = self.kernels.logits(hidden_BxTxD, table, tied)
+        cap = self.config.final_logit_softcap
+        if cap is not None:
+            logits_BxTxV = cap * jnp.tanh(logits_BxTxV / cap)
         return constrain(logits_BxTxV, ("batch", "length", "vocab"))
 
     def _layers(self, x_BxTxD, positions_BxT, mask, cache: KVCache | None, slots_BxT, dropout_key=None):
@@ -94,6 +104,13 @@ class Decoder(nnx.Module):
         time; with `remat` a step keeps only its input for the backward pass and recomputes the rest; with
         `unroll_layers` the scan is unrolled (its results are the same).
         """
+        if self.config.layer_types and cache is None:
+            return self.final_norm(
+                mixed_layers.full_pass(self, x_BxTxD, positions_BxT, mask, dropout_key)
+            ), None
+        if self.config.layer_types:
+            x_BxTxD, kv = mixed_layers.cached_pass(self, x_BxTxD, positions_BxT, mask, cache, slots_BxT)
+            return self.final_norm(x_BxTxD), kv
         graphdef, stacked = nnx.split(self.layers)
         gather = self._layer_for_compute
 
@@ -121,6 +138,11 @@ class Decoder(nnx.Module):
         weight (see `layer_weights`). The cache holds per-layer buffers (`kv_cache.by_layer`), or stays
         stacked when the kernel set reads it in place (`reads_cache_in_place`): each layer then writes its
         token into the stacked arrays and attention reads them, with no layer's slice copied out."""
+        if self.config.layer_types:
+            x_BxTxD, kv = mixed_layers.cached_pass(
+                self, x_BxTxD, positions_BxT, mask, cache, slots_BxT, layer_weights
+            )
+            return self.final_norm(x_BxTxD), kv
         graphdef = nnx.graphdef(self.layers)
         if not isinstance(cache.keys, tuple):
             kv = (cache.keys, cache.values)
@@ -144,7 +166,9 @@ class Decoder(nnx.Module):
         With `rows` (a decode step's), each projection's kernel is what the kernel set hands out for a
         product of that many rows (`decode_weight`: the CPU set's small-row kernel reads it inside the
         stack); everything else, and every weight gathered per layer, is a static slice of the stacked
-        weights (a copy)."""
+        weights (a copy). Several kinds of layer: each layer's slice of its kind's stack."""
+        if self.config.layer_types:
+            return [mixed_layers.layer_params(self, layer) for layer in range(self.config.num_layers)]
         stacked_params = nnx.to_pure_dict(nnx.state(self.layers))
         in_place = rows is not None and self.layer_shardings is None
         projections = {(part, kernel) for part, kernel, _ in SITES.values()} if in_place else set()
@@ -161,12 +185,14 @@ class Decoder(nnx.Module):
 
         return [self._layer_for_compute(take(layer)) for layer in range(self.config.num_layers)]
 
-    def _layer_for_compute(self, params: dict) -> dict:
+    def _layer_for_compute(self, params: dict, kind: str | None = None) -> dict:
         """One layer's weights as its block uses them: cast to the compute dtype and gathered over the FSDP
-        axes (`layer_shardings`, set by `bind`), or as stored without them."""
+        axes (`layer_shardings`, set by `bind`; of the `kind`'s stack with several kinds), or as stored
+        without them."""
         if self.layer_shardings is None:
             return params
-        return jax.lax.with_sharding_constraint(cast_floats(params, self.config.dtype), self.layer_shardings)
+        shardings = self.layer_shardings if kind is None else self.layer_shardings[kind]
+        return jax.lax.with_sharding_constraint(cast_floats(params, self.config.dtype), shardings)
 
     def hidden_states_from_embeddings(
         self, x_BxTxD: jax.Array, attention_mask_BxT=None, dropout_key=None
@@ -266,6 +292,8 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCach
     """An empty cache for a decoder of `cfg`: `max_len` slots per row in `dtype` (default the compute dtype);
     with a token shift it keeps each slot's token, which the shift reads back."""
     dtype = cfg.dtype if dtype is None else dtype
+    if cfg.layer_types:
+        return mixed_layers.init_cache(cfg, batch, max_len, dtype)
     shape = (cfg.num_layers, batch, cfg.num_kv_heads, cfg.head_dim, max_len)
     return empty_cache(*shape, dtype, token_ids=cfg.token_shift > 0)
 

@@ -78,6 +78,12 @@ def batch_shards() -> int:
     return int(np.prod([mesh.shape[a] for a in axes]))
 
 
+def unit_rms_norm(x: jax.Array, eps: float) -> jax.Array:
+    """RMS norm over the last axis without a scale (Gemma 4's value norm), statistics in float32."""
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
 class RMSNorm(nnx.Module):
     """Root-mean-square norm over the last axis; statistics in float32, output in the compute dtype."""
 
@@ -93,7 +99,8 @@ class RMSNorm(nnx.Module):
 
 
 def rope_inverse_frequencies(cfg: ModelConfig) -> np.ndarray:
-    """Per-pair rotation frequencies [E/2] (float32), Llama-3 rescaled when `cfg.rope_scaling` is set."""
+    """Per-pair rotation frequencies [E/2] (float32), Llama-3 rescaled when `cfg.rope_scaling` is set, zero
+    beyond the `cfg.partial_rotary_factor` share of the pairs."""
     exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim
     inv_freq = 1.0 / (cfg.rope_theta**exponents)
     scaling = cfg.rope_scaling
@@ -110,6 +117,9 @@ def rope_inverse_frequencies(cfg: ModelConfig) -> np.ndarray:
         interpolated = (1 - smooth) * scaled / scaling.factor + smooth * scaled
         in_band = (wavelength >= high_freq_wavelength) & (wavelength <= low_freq_wavelength)
         inv_freq = np.where(in_band, interpolated, scaled)
+    # Partial rotary (Gemma 4's 'proportional' RoPE): only the first pairs turn, the rest keep angle 0.
+    turning = int(cfg.partial_rotary_factor * cfg.head_dim // 2)
+    inv_freq = np.where(np.arange(inv_freq.shape[0]) < turning, inv_freq, 0.0)
     return inv_freq.astype(np.float32)
 
 

@@ -94,6 +94,8 @@ def add_adapters(blocks, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
             if target in cfg.lora_targets:
                 part, kernel, input_axes = SITES[target]
                 module = getattr(block, part)
+                if getattr(module, kernel) is None:  # keys-as-values, KV sharing: no such projection
+                    continue
                 adapter = LoRA(getattr(module, kernel), input_axes, cfg, salt, rngs.params())
                 setattr(module, adapter_name(target), nnx.data(adapter))
 
@@ -106,13 +108,25 @@ def merged_params(params: dict, cfg: ModelConfig) -> dict:
     """
     if not cfg.lora_rank:
         return params
-    layers = {part: dict(values) for part, values in params["layers"].items()}  # stacked: [L, ...] each
+    if cfg.layer_types:  # one stack per kind of layer
+        return {
+            **params,
+            "layers": {kind: _merged_stack(stack, cfg) for kind, stack in params["layers"].items()},
+        }
+    return {**params, "layers": _merged_stack(params["layers"], cfg)}
+
+
+def _merged_stack(stack: dict, cfg: ModelConfig) -> dict:
+    """One stack of blocks' parameters with each adapter it holds folded into its kernel."""
+    layers = {part: dict(values) for part, values in stack.items()}  # stacked: [L, ...] each
     for target in cfg.lora_targets:
         part, kernel, _ = SITES[target]
+        if adapter_name(target) not in layers[part]:  # the kind has no such projection
+            continue
         adapter = layers[part].pop(adapter_name(target))
         w = layers[part][kernel]
-        a_LxKxR = adapter["a"].reshape(cfg.num_layers, -1, cfg.lora_rank).astype(jnp.float32)
-        b_LxRxN = adapter["b"].reshape(cfg.num_layers, cfg.lora_rank, -1).astype(jnp.float32)
+        a_LxKxR = adapter["a"].reshape(w.shape[0], -1, cfg.lora_rank).astype(jnp.float32)
+        b_LxRxN = adapter["b"].reshape(w.shape[0], cfg.lora_rank, -1).astype(jnp.float32)
         delta = (cfg.lora_scale * jnp.einsum("lkr,lrn->lkn", a_LxKxR, b_LxRxN)).reshape(w.shape)
         layers[part][kernel] = (w.astype(jnp.float32) + delta).astype(w.dtype)
-    return {**params, "layers": layers}
+    return layers

@@ -83,6 +83,7 @@ def token_logprobs(
         tokens_per_chunk,
         keep_logits=keep_logits,
         temperature=temperature,
+        softcap=model.config.final_logit_softcap,
     )
 
 
