@@ -108,7 +108,7 @@ def test_a_warning_names_the_phases_below_the_threshold_and_the_knobs():
     (line,) = warnings(results())
     assert line.startswith("warning: CoEvolving: the failure agent trained on fewer than 30 failure–failure")
     assert "in 1 of 2 phases (iteration 1: 4; iteration 2: 40)" in line
-    assert "env.explore_tasks: 160 now" in line and "rollout.samples_per_task: 1 now" in line
+    assert "env.explore_tasks; 160 explored now" in line and "rollout.samples_per_task: 1 now" in line
     assert warnings(results(d_fail=(30, 31))) == []  # at the threshold: enough
     assert len(warnings(results(config={"warn_failure_pairs_below": 41}))) == 1  # the run's own threshold
     assert "in 2 of 2 phases" in warnings(results(config={"warn_failure_pairs_below": 41}))[0]
@@ -144,7 +144,7 @@ def test_the_committed_study_reads_and_warns_in_every_phase():
     runs = [load_results(p) for p in sorted((ROOT / "docs" / "study").glob("results_seed*.json"))]
     (line,) = warnings(runs)  # recorded before `failed_by_both` and the threshold: both at their defaults
     assert line.startswith("warning: CoEvolving: the failure agent trained on fewer than 30")
-    assert "in 15 of 15 phases" in line and "env.explore_tasks: 160 now" in line
+    assert "in 15 of 15 phases" in line and "env.explore_tasks; 160 explored now" in line
     row = next(r for r in mechanism_rows(runs[0]) if r["method"] == "CoEvolving")
     assert (row["target_failures"], row["failure_failures"], row["failure_pairs"], row["failed_by_both"]) == (
         30,

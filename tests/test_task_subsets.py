@@ -12,7 +12,7 @@ from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.experiment.experts import EXPERTS_FILE, generate_experts
 from coevo_jax.experiment.run import run
 from coevo_jax.experiment.store import CONFIG_FILE
-from coevo_jax.experiment.task_subsets import pick_tasks, tasks_with_experts
+from coevo_jax.experiment.task_subsets import ALL_WITH_EXPERTS, explored_tasks, pick_tasks, tasks_with_experts
 
 TASKS = [f"t{i}" for i in range(10)]
 
@@ -66,6 +66,18 @@ def test_tasks_with_experts_keeps_the_covered_tasks_in_task_order():
     assert tasks_with_experts(TASKS, []) == []
 
 
+def test_explored_tasks_are_the_first_n_or_every_one_with_an_expert():
+    experts = [_expert("t7"), _expert("t2"), _expert("elsewhere")]
+    assert explored_tasks(TASKS, ALL_WITH_EXPERTS, experts) == ["t2", "t7"]
+    assert explored_tasks(TASKS, 3, experts) == ["t0", "t1", "t2"]  # the first N, with or without experts
+    assert explored_tasks(TASKS, None, experts) == TASKS
+    assert explored_tasks(TASKS, ALL_WITH_EXPERTS, []) == []
+    with pytest.raises(
+        ValueError, match="env.explore_tasks -1: .* 0 for every train task that has an expert"
+    ):
+        ExperimentConfig.from_mapping({"env": {"explore_tasks": -1}})
+
+
 def _tiny_builtin_config(**env_changes) -> ExperimentConfig:
     """A one-layer policy on 6 built-in train tasks (nothing trains: the tests stop before)."""
     env = {"name": "builtin", "kwargs": {"seed": 0, "num_train": 6, "num_test_seen": 2, "num_test_unseen": 2}}
@@ -98,6 +110,35 @@ def test_a_run_whose_explored_tasks_have_no_expert_is_refused_before_it_writes(t
     workdir = tmp_path / "run"
     with pytest.raises(
         ValueError, match=r"none of the 2 explored train tasks .* 3 expert trajectories .* eto"
+    ):
+        run(cfg, str(workdir))
+    assert not (workdir / CONFIG_FILE).exists() and not (workdir / EXPERTS_FILE).exists()
+
+
+def test_a_run_with_explore_tasks_0_explores_every_train_task_that_has_an_expert(tmp_path):
+    """Experts of train tasks 1, 3 and 4 of 6 (from a file): those three are explored, in split order."""
+    cfg = _tiny_builtin_config(expert_tasks=6)
+    env = envs.make("builtin", **dict(cfg.env.kwargs))
+    train = env.tasks("train")
+    chosen = [t for t in generate_experts(env, cfg.env) if t.task_id in {train[1], train[3], train[4]}]
+    path = tmp_path / "experts.jsonl"
+    write_trajectories(str(path), chosen)
+    cfg = _tiny_builtin_config(explore_tasks=ALL_WITH_EXPERTS, experts_path=str(path))
+    results = run(dataclasses.replace(cfg, methods=("zero_shot",)), str(tmp_path / "run"))
+    assert results["counts"]["train_tasks"] == results["counts"]["train_tasks_with_experts"] == 3
+    assert results["config"]["env"]["explore_tasks"] == 0
+
+
+def test_explore_tasks_0_with_no_train_task_covered_is_refused_before_it_writes(tmp_path):
+    cfg = _tiny_builtin_config(expert_tasks=2)
+    env = envs.make("builtin", **dict(cfg.env.kwargs))
+    others = [dataclasses.replace(t, task_id=f"other/{t.task_id}") for t in generate_experts(env, cfg.env)]
+    path = tmp_path / "experts.jsonl"
+    write_trajectories(str(path), others)
+    cfg = _tiny_builtin_config(explore_tasks=ALL_WITH_EXPERTS, experts_path=str(path))
+    workdir = tmp_path / "run"
+    with pytest.raises(
+        ValueError, match=r"explore_tasks = 0 .* none of the 6 train tasks .* eto would explore"
     ):
         run(cfg, str(workdir))
     assert not (workdir / CONFIG_FILE).exists() and not (workdir / EXPERTS_FILE).exists()

@@ -17,7 +17,7 @@ from ml_collections import ConfigDict, config_dict
 
 from coevo_jax.coevolve.config import ABLATIONS, CoEvolveConfig
 from coevo_jax.data.batching import power_of_two_buckets
-from coevo_jax.experiment.task_subsets import TASK_SUBSETS
+from coevo_jax.experiment.task_subsets import ALL_WITH_EXPERTS, TASK_SUBSETS
 from coevo_jax.train.mapping import dataclass_from_mapping
 
 PAPER_METHODS = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")  # Table 1 and ablations
@@ -57,7 +57,8 @@ class EnvConfig:
     train_split: str = "train"
     eval_splits: tuple[str, ...] = ("test_seen", "test_unseen")
     # train tasks explored per iteration: the first N (an environment's own experts are its first train tasks',
-    # and ETO and co-evolution pair an explored episode with its task's expert)
+    # and ETO and co-evolution pair an explored episode with its task's expert); None: all of them; 0
+    # (`ALL_WITH_EXPERTS`): every train task that has an expert, the paper's and ETO's protocol
     explore_tasks: int | None = None
     eval_tasks: int | None = None  # tasks per evaluation split (the first N, or N spread: `eval_task_subset`)
     expert_tasks: int | None = None  # expert trajectories used for SFT (the first N)
@@ -65,6 +66,11 @@ class EnvConfig:
     eval_task_subset: str = "first"  # how eval_tasks are picked: the 'first' N or N 'spread' over the split
 
     def __post_init__(self):
+        if self.explore_tasks is not None and self.explore_tasks < 0:
+            raise ValueError(
+                f"env.explore_tasks {self.explore_tasks}: a count of first train tasks, None for all, or "
+                f"{ALL_WITH_EXPERTS} for every train task that has an expert"
+            )
         if self.eval_task_subset not in TASK_SUBSETS:
             raise ValueError(f"env.eval_task_subset {self.eval_task_subset!r}: one of {TASK_SUBSETS}")
 

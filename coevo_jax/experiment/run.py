@@ -26,7 +26,7 @@ from coevo_jax.experiment.methods import EXPERT_PAIR_METHODS, FAILURE_AGENT_METH
 from coevo_jax.experiment.policy import build_setup
 from coevo_jax.experiment.stages import Stages
 from coevo_jax.experiment.store import RunStore, write_json_atomic
-from coevo_jax.experiment.task_subsets import pick_tasks, tasks_with_experts
+from coevo_jax.experiment.task_subsets import ALL_WITH_EXPERTS, explored_tasks, pick_tasks, tasks_with_experts
 from coevo_jax.experiment.tensorboard import ScalarWriter
 from coevo_jax.reporting import mechanism, report
 from coevo_jax.reporting.results import RESULTS_FILE
@@ -83,9 +83,18 @@ def _scalar_writer(logdir: str):
     return ScalarWriter(logdir) if processes.is_primary() else _NoScalars()
 
 
-def _check_expert_coverage(cfg: ExperimentConfig, train_tasks: list[str], experts: list) -> None:
+def _check_expert_coverage(cfg: ExperimentConfig, train_split: list[str], experts: list) -> None:
     """Refuses a run whose expert-pairing methods (ETO, co-evolution) could pair no explored episode: none of
-    the explored train tasks has an expert trajectory."""
+    the explored train tasks has an expert trajectory; or that explores every train task with an expert
+    (`ALL_WITH_EXPERTS`) when none has one."""
+    train_tasks = explored_tasks(train_split, cfg.env.explore_tasks, experts)
+    exploring = [m for m in cfg.methods if m not in ("zero_shot", "sft")]
+    if cfg.env.explore_tasks == ALL_WITH_EXPERTS and exploring and not train_tasks:
+        raise ValueError(
+            f"{cfg.env.name}: env.explore_tasks = {ALL_WITH_EXPERTS} explores every train task that has an "
+            f"expert, and none of the {len(train_split)} train tasks has one of the {len(experts)} expert "
+            f"trajectories (env.expert_tasks, env.experts_path), so {', '.join(exploring)} would explore nothing"
+        )
     expert_pairing = [m for m in cfg.methods if m in EXPERT_PAIR_METHODS]
     if expert_pairing and train_tasks and not tasks_with_experts(train_tasks, experts):
         raise ValueError(
@@ -132,18 +141,19 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
         config_check = dict(defaults=ExperimentConfig().to_json(), execution_fields=EXECUTION_FIELDS)
         store.check_config(cfg.to_json(), **config_check, record=False)  # refused before anything is written
         processes.barrier("workdir read")  # every process read the stage records before any is added
-        train_tasks = pick_tasks(env.tasks(cfg.env.train_split), cfg.env.explore_tasks, "first")
+        train_split = list(env.tasks(cfg.env.train_split))
         eval_tasks = {
             split: pick_tasks(env.tasks(split), cfg.env.eval_tasks, cfg.env.eval_task_subset)
             for split in cfg.env.eval_splits
         }
-        check = lambda e: _check_expert_coverage(cfg, train_tasks, e)  # noqa: E731
+        check = lambda e: _check_expert_coverage(cfg, train_split, e)  # noqa: E731
         experts = processes.primary_first(
             "experts", lambda: load_or_generate_experts(env, cfg.env, store.workdir, check)
         )
         store.check_config(cfg.to_json(), **config_check)
     finally:
         env.close()
+    train_tasks = explored_tasks(train_split, cfg.env.explore_tasks, experts)
     paired = tasks_with_experts(train_tasks, experts)
     log.info(
         "%s: %d experts, %d train tasks (%d with an expert), eval %s",

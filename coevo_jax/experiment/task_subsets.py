@@ -2,9 +2,10 @@
 
 Some test splits are sorted by task kind (ETO's ScienceWorld unseen test lists every boiling task first), so
 their first N tasks test one kind; `spread` takes every (len/N)-th task instead, keeping the split's mix of
-kinds. Exploration always takes the first N train tasks: those are the tasks the environment's experts come
+kinds. Exploration takes the first N train tasks: those are the tasks the environment's experts come
 from, and ETO and co-evolution pair an explored episode only with its own task's expert
-(`tasks_with_experts` counts how many can be paired).
+(`tasks_with_experts` counts how many can be paired); or, with N = `ALL_WITH_EXPERTS` (0), every train task
+that has an expert, the paper's and ETO's protocol (`explored_tasks`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from coevo_jax.data.records import Trajectory
 
 TASK_SUBSETS = ("first", "spread")
+ALL_WITH_EXPERTS = 0  # `env.explore_tasks`: every train task that has an expert trajectory
 
 
 def pick_tasks(tasks: Sequence[str], count: int | None, subset: str) -> list[str]:
@@ -27,6 +29,14 @@ def pick_tasks(tasks: Sequence[str], count: int | None, subset: str) -> list[str
     if subset == "first":
         return list(tasks[:count])
     return [tasks[(i * len(tasks)) // count] for i in range(count)]
+
+
+def explored_tasks(train_tasks: Sequence[str], count: int | None, experts: Iterable[Trajectory]) -> list[str]:
+    """The train tasks a run explores, in split order: every one with an expert for `ALL_WITH_EXPERTS`, else
+    the first `count` (all of them for None)."""
+    if count == ALL_WITH_EXPERTS:
+        return tasks_with_experts(train_tasks, experts)
+    return pick_tasks(train_tasks, count, "first")
 
 
 def tasks_with_experts(tasks: Sequence[str], experts: Iterable[Trajectory]) -> list[str]:

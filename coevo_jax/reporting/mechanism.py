@@ -82,7 +82,7 @@ def _knobs(results: Mapping) -> str:
     explored = (results.get("counts") or {}).get("train_tasks", "?")
     samples = (config.get("rollout") or {}).get("samples_per_task", "?")
     return (
-        f"More explored train tasks (env.explore_tasks: {explored} now) or more samples per task "
+        f"More explored train tasks (env.explore_tasks; {explored} explored now) or more samples per task "
         f"(rollout.samples_per_task: {samples} now) give both agents more failures on the same tasks"
     )
 
