@@ -120,6 +120,11 @@ class Sampler:
         merge_lora: bool = True,
         window_buckets: tuple[int, ...] | None = None,
     ):
+        if model_config.layer_types:
+            raise NotImplementedError(
+                f"{model_config.model_type}: the sampler's decode loop keeps one stacked cache, not the "
+                "per-layer cache of several kinds of layer (Decoder.forward_cached decodes such models)"
+            )
         self.merge_lora = bool(model_config.lora_rank) and merge_lora
         program_config = model_config.without_lora() if self.merge_lora else model_config
         # remat and unrolled layers only pay in backward passes, and sampling has none

@@ -1,8 +1,8 @@
 """Decoder hyper-parameters (`ModelConfig`) and their translation from/to Hugging Face `config.json`.
 
 One frozen, hashable dataclass describes every supported family (Llama-2, Llama-3, Qwen2/2.5, Qwen3,
-SmolLM2); the family differences reduce to a few flags (q/k/v bias, per-head q/k RMSNorm, tied embeddings,
-Llama-3 RoPE scaling). The LoRA fields say whether the policy trains low-rank adapters on a frozen base
+SmolLM2, Gemma 4); the family differences reduce to a few flags (q/k/v bias, per-head q/k RMSNorm, tied
+embeddings, Llama-3 RoPE scaling, and Gemma's: `layer_types`, read and written by `gemma4_config`). The LoRA fields say whether the policy trains low-rank adapters on a frozen base
 (`coevo_jax.models.lora`). Being hashable, a config can live as static data inside an NNX module and be a
 static argument of `jax.jit`.
 """

@@ -118,7 +118,7 @@ def merged_params(params: dict, cfg: ModelConfig) -> dict:
 
 def _merged_stack(stack: dict, cfg: ModelConfig) -> dict:
     """One stack of blocks' parameters with each adapter it holds folded into its kernel."""
-    layers = {part: dict(values) for part, values in stack.items()}  # stacked: [L, ...] each
+    layers = {part: dict(values) if isinstance(values, dict) else values for part, values in stack.items()}
     for target in cfg.lora_targets:
         part, kernel, _ = SITES[target]
         if adapter_name(target) not in layers[part]:  # the kind has no such projection
