@@ -4,7 +4,7 @@ K = 4 episodes and greedy evaluation on 16 test tasks. There the SFT policy's sa
 so plain GRPO drops every group and makes no update; the question is which variant finds a gradient (BFCL's
 per-turn accuracy ranks dead groups' failures; GiGPO's step groups need different returns from one state).
 The first variant trains the SFT policy (about 25 min on 2 cores), the others start from it (`--reuse_from`,
-about 10 min each); docs/results.md, "Credit where GRPO has none":
+about 10 min each); studies/credit/README.md:
 
     python -m coevo_jax.main --config=configs/bfcl_credit_study.py:episode --workdir=workdir_bfcl_credit_episode
     for v in gigpo pairs both; do

@@ -4,7 +4,7 @@ CoEvolve's BFCL comparison (its Qwen3-4B: 26.5 / 58.0 / 63.0) on the SQL config'
 in about 2 h 30 min on 2 CPU cores: float32 training, SFT on the ground truth of 32 of our 150 train tasks, 2
 GRPO steps of 4 tasks x K = 4 episodes (CoEvolve: a round after the first), 16 of the 50 test tasks greedily,
 3,072-token sequences for 1,833-token experts. Why each setting, and why GRPO makes no update at this size:
-docs/results.md#bfcl-with-smollm2. Needs the `bfcl` extra (mpmath) and BFCL itself:
+studies/smollm2/README.md#bfcl-1. Needs the `bfcl` extra (mpmath) and BFCL itself:
 
     pip install -e ".[bfcl]" && pip install --no-deps bfcl-eval==2026.3.23
     python -m coevo_jax.main --config=configs/bfcl_smollm2.py --workdir=workdir_bfcl
@@ -27,7 +27,7 @@ def get_config():
     )
     config.rollout.groups = 1  # 16 rows in one batch: a decode step reads the weights once for all of them
     config.methods = ("zero_shot", "sft", "grpo", "coevolve")
-    config.model.compute_dtype = "float32"  # 1.4x bf16 on AVX2 CPUs (docs/results.md#bfcl-with-smollm2)
+    config.model.compute_dtype = "float32"  # 1.4x bf16 on AVX2 CPUs (studies/smollm2/README.md#bfcl-1)
     config.env.train_split = "train"
     config.env.eval_splits = ("test",)
     config.env.eval_tasks = 16

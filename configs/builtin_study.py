@@ -4,13 +4,13 @@
 Training is the paper's (the quickstart's policy and recipes): every preference phase passes 3 epochs over its
 own pairs, eq. 9's SFT term as written. The SFT base trains 24 epochs, not the quickstart's 10: on the dev
 splits of 5 seeds it has the highest mean reward of 10, 16 and 24 epochs and the seeds closest together
-(docs/results.md, "The SFT recipe"). ETO and RFT explore each task twice,
+(studies/equal_budget/README.md). ETO and RFT explore each task twice,
 as many episodes as co-evolution's two agents play together (`match_exploration`). Five seeds, then the
 paired table:
 
     for s in 0 1 2 3 4; do python -m coevo_jax.main --config=configs/builtin_study.py --config.seed=$s \\
         --workdir=workdir_study24_$s; done
-    python -m coevo_jax.reporting.report workdir_study24_{0,1,2,3,4} --figures docs/study
+    python -m coevo_jax.reporting.report workdir_study24_{0,1,2,3,4} --figures studies/equal_budget
 """
 
 import os

@@ -4,12 +4,12 @@ The quickstart's policy, SFT recipe, sampling and GRPO settings, then 2 iteratio
 GRPO and for CoEvolve from the same SFT policy (CoEvolve: a round of task synthesis every 5 steps, the
 `coevolve` group's defaults otherwise), greedy evaluation on test_seen and test_unseen after each iteration. A
 step draws 8 tasks (x K = 8 episodes) instead of the quickstart's 16, so that a seed runs in about 40 min on 2
-cores. Why, and the timings: docs/results.md#coevolve-study. Needs only the package.
+cores. Why, and the timings: studies/coevolve/README.md. Needs only the package.
 
     for s in 0 1 2; do python -m coevo_jax.main --config=configs/coevolve_study.py --config.seed=$s \\
         --workdir=workdir_coevolve_$s; done
     python -m coevo_jax.reporting.report workdir_coevolve_0 workdir_coevolve_1 workdir_coevolve_2 \\
-        --figures docs/coevolve_study
+        --figures studies/coevolve
 """
 
 import os

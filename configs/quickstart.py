@@ -7,7 +7,7 @@ per preference phase, eq. 9 as written); prints the Table-1-style comparison:
     python -m coevo_jax.main --config=configs/quickstart.py --workdir=workdir_quickstart
 
 Every setting was chosen on the dev splits, never on the test splits; the runs and their commands are in
-docs/results.md ("How the settings were chosen": the built-in SFT recipe, the preference-phase sweep, GRPO).
+studies/quickstart/README.md, "How the settings were chosen" (SFT recipe, preference phases, GRPO).
 """
 
 from ml_collections import ConfigDict

@@ -4,7 +4,7 @@ The SQL config's settings (`sql_smollm2.smollm2_config`) cut further for gold pa
 seed runs in about 1 h 40 min on 2 CPU cores: float32 training, one SFT epoch on the first 32 train tasks'
 gold paths, one iteration exploring 16 of them, DPO phases of 2 updates at lr 1e-5 that also pair episodes cut
 at the 2,048-token context, 8 test tasks per split spread over its task kinds (seen = ETO's dev split, unseen
-= its test split). Why each setting: docs/results.md#scienceworld-with-smollm2. Needs Java and the `sciworld`
+= its test split). Why each setting: studies/smollm2/README.md. Needs Java and the `sciworld`
 extra:
 
     bash launch/install_java.sh && pip install -e ".[sciworld]"
@@ -28,7 +28,7 @@ def get_config():
     config.sft.epochs = 1
     config.sft.batch_size = 2
     config.dpo.updates_per_phase = 2
-    # chosen on held-out train tasks (docs/results.md#scienceworld-with-smollm2)
+    # chosen on held-out train tasks (studies/smollm2/README.md)
     config.dpo.learning_rates = (1e-5,)
     config.dpo.pair_context_limited = True
     config.rollout.groups = 1

@@ -3,7 +3,7 @@
 Sized for one seed in about 1 h 45 min and 10 GB on 2 CPU cores: full fine-tuning, SFT for two epochs on 96
 GPT-4 expert episodes, one iteration exploring 32 train tasks, DPO phases of 6 updates of 4 pairs at lr 1e-6,
 32 tasks per test split. The paper runs 5 iterations on the whole split; on a GPU raise `iterations`, the task
-counts and the updates. Why each setting: docs/results.md#sql-with-smollm2. Needs only the package (SQLite,
+counts and the updates. Why each setting: studies/smollm2/README.md. Needs only the package (SQLite,
 bundled data).
 
     python -m coevo_jax.main --config=configs/sql_smollm2.py --workdir=workdir_sql
@@ -24,7 +24,7 @@ def smollm2_config(env_name: str, env_kwargs: dict, *, expert_tasks: int, rows: 
     config.min_bucket = 512
     # Steps of 256 tokens: SQL experts are 617 tokens on average, so power-of-two buckets would pad ~40 %.
     config.length_buckets = (512, 768, 1024, 1280, 1536, 2048)
-    # Two micro-batches a step: one pass of 4 pairs ran out of memory (docs/results.md#sql-with-smollm2).
+    # Two micro-batches a step: one pass of 4 pairs ran out of memory (studies/smollm2/README.md).
     config.num_microbatches = 2
     config.checkpoint_every_steps = 50
     config.log_every_steps = 5

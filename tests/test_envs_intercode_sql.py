@@ -366,7 +366,7 @@ def test_registry_builds_it(backend):
 # Measured on SQLite 0.985 / 0.964 / 0.969: the rest are MySQL-vs-SQLite row order, MySQL-only errors
 # (scalar subqueries of several rows) and DECIMAL result types. On MariaDB 0.995 / 0.988 / 0.990: row order
 # where MySQL's and MariaDB's plans differ, ties, set operations' order, GPT-4's ALTER TABLEs that InterCode's
-# server kept (docs/results.md#intercode-sql-reward-agreement).
+# server kept (studies/intercode_sql_agreement/README.md).
 _AGREEMENT_FLOORS = {  # turn, final reward, success
     "sqlite": (0.984, 0.963, 0.968),
     "mariadb": (0.994, 0.988, 0.989),

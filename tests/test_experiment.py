@@ -92,7 +92,7 @@ def test_every_config_file_builds_an_experiment_config(name, arg):
         assert experiment.methods == PAPER_METHODS and experiment.match_exploration
         assert experiment.dpo.updates_per_phase is None and experiment.dpo.epochs == 3  # the paper's phases
         assert experiment.env.eval_tasks is None and not experiment.sft_per_token
-        assert experiment.sft.epochs == 24  # the dev splits' choice (docs/results.md, "The SFT recipe")
+        assert experiment.sft.epochs == 24  # the dev splits' choice (studies/equal_budget/README.md)
     if name.endswith("credit_study"):  # a run's SFT policies (reused), GRPO with the variant's credit
         assert experiment.methods == ("sft", "grpo")
         assert experiment.env.eval_tasks == (16 if name.startswith("bfcl") else None)

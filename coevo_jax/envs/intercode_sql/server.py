@@ -367,7 +367,7 @@ class MySqlBackend(MariaDbBackend):
     """Answers statements on a MySQL server (`launch/mysql.sh`, or one of the user's at `socket`) as they are:
     MySQL 8's default sql_mode, ONLY_FULL_GROUP_BY included, GROUP BY, row order and error messages the
     server's own. InterCode scored on MySQL 8.0.31; on another MySQL release the agreement with its records
-    is measured, not assumed (docs/results.md, "InterCode-SQL reward agreement")."""
+    is measured, not assumed (studies/intercode_sql_agreement/README.md)."""
 
     name = "mysql"
 
