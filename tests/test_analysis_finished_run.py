@@ -13,9 +13,11 @@ import pytest
 from test_experiment import tiny_config
 
 from coevo_jax import envs
-from coevo_jax.analysis import dev_eval, dpo_lr_probe, grpo_logprob_gap, grpo_paired_baseline, sampled_eval
+from coevo_jax.analysis import dev_eval, grpo_logprob_gap, sampled_eval
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.experiment.run import run
+from studies.grpo_paired import grpo_paired_baseline
+from studies.smollm2 import dpo_lr_probe
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 POLICIES = ["sft_target", "eto_it1_target", "grpo_it1_target"]

@@ -54,7 +54,7 @@ def test_a_run_is_counted_from_the_pairs_its_phases_trained_on(tmp_path):
 
 def test_the_command_prints_the_table_and_refuses_a_missing_workdir(tmp_path):
     write_run(tmp_path / "run")
-    command = [sys.executable, "-m", "coevo_jax.analysis.hard_negatives"]
+    command = [sys.executable, "-m", "coevo_jax.analysis", "hard_negatives"]
     done = subprocess.run(
         [*command, str(tmp_path / "run"), "--thresholds", "0.7"], capture_output=True, text=True
     )

@@ -67,7 +67,7 @@ def test_cli_prints_a_row_per_run(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(_results(rng, lr, 0.1)))
     proc = subprocess.run(
-        [sys.executable, "-m", "coevo_jax.analysis.preference_sweep", tmp_path / "a", tmp_path / "b"],
+        [sys.executable, "-m", "coevo_jax.analysis", "preference_sweep", tmp_path / "a", tmp_path / "b"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -78,7 +78,7 @@ def test_cli_prints_a_row_per_run(tmp_path):
     pooled = [line for line in proc.stdout.splitlines() if line.startswith("| ETO | 1 |")]
     assert len(pooled) == 2 and "| 1e-05 | 0.1 | 0 |" in pooled[0]
     bad = subprocess.run(
-        [sys.executable, "-m", "coevo_jax.analysis.preference_sweep", tmp_path / "missing"],
+        [sys.executable, "-m", "coevo_jax.analysis", "preference_sweep", tmp_path / "missing"],
         capture_output=True,
         text=True,
         timeout=120,

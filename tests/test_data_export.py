@@ -23,9 +23,7 @@ from coevo_jax.data.sources import check_trajectory_source, read_pair_source, re
 from coevo_jax.experiment.config import EnvConfig, ExperimentConfig
 from coevo_jax.experiment.experts import load_or_generate_experts
 from coevo_jax.experiment.export import export_run
-from coevo_jax.experiment.keep_pairs import keep_pairs
 from coevo_jax.experiment.rollouts import pairable
-from coevo_jax.reporting.run_files import read_pairs_file
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS = ("t0", "t1", "t2")
@@ -330,25 +328,6 @@ def test_a_run_with_no_finished_phase_exports_its_experts_and_no_pairs(tmp_path)
     }
     with pytest.raises(FileNotFoundError, match=r"config.json: missing; not a started run's workdir"):
         export_run(tmp_path / "out", tmp_path / "out2")
-
-
-def test_keep_pairs_writes_the_missing_pairs_file_of_each_finished_phase(run):
-    """A run from before the job kept its pairs gets them, rebuilt as the export rebuilds them."""
-    own = run.workdir / "pairs" / "eto_it1_target.jsonl"
-    own.parent.mkdir()
-    own.write_text("")  # a phase's existing file is left as it is
-    written = keep_pairs(os.fspath(run.workdir))
-    assert sorted(map(os.path.basename, written)) == sorted(
-        f"{n}.jsonl" for n in run.pairs if n != "eto_it1_target"
-    )
-    assert own.read_text() == ""
-    for path in written:
-        kept = read_pairs_file(path)
-        expected = run.pairs[os.path.basename(path).removesuffix(".jsonl")]
-        assert [pair.pair_id for pair, _ in kept] == [pair.pair_id for pair in expected]
-        assert [pair.rejected.reward for pair, _ in kept] == [pair.rejected.reward for pair in expected]
-        assert all(logps is None for _, logps in kept)  # the reference's were kept only while the phase ran
-    assert keep_pairs(os.fspath(run.workdir)) == []
 
 
 def test_a_tfds_source_that_is_not_there_or_not_trajectories_is_refused(run, tmp_path):

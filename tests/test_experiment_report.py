@@ -278,15 +278,6 @@ def test_cli_single_workdir_rewrites_reports_and_prints_table(tmp_path):
     assert_png(tmp_path / "failure_analysis.png")
 
 
-def test_cli_old_name_runs_the_same_report(tmp_path):
-    results = make_results(seed=8)
-    (tmp_path / "results.json").write_text(json.dumps(results))
-    proc = run_cli(tmp_path, module="coevo_jax.experiment.report")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(table_markdown(results))
-    assert proc.stdout == run_cli(tmp_path).stdout
-
-
 def test_cli_several_workdirs_print_mean_std_and_write_out(tmp_path):
     runs = [make_results(seed=seed) for seed in (0, 1)]
     for run in runs:

@@ -274,3 +274,28 @@ def test_the_package_tests_never_import_a_bench_script():
         }
         local = {p.stem for p in (ROOT.parent / "tests").glob("*.py")}
         assert not (imported & scripts) - local, f"{path}: imports bench scripts {sorted(imported & scripts)}"
+
+
+def _top_level_imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+    found |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    return found
+
+
+def test_the_studies_sit_above_the_package_and_apart_from_each_other():
+    """The package never imports a study's script; a study's script imports the package and its own folder's
+    scripts, never another study's (what two studies share belongs in the package)."""
+    for path in sorted(ROOT.rglob("*.py")):
+        studies = {name for name in _top_level_imports(path) if name.split(".")[0] == "studies"}
+        assert not studies, f"{path}: the package imports {sorted(studies)}"
+    scripts = sorted((ROOT.parent / "studies").glob("*/*.py"))
+    assert {"room_recall", "grpo_credit", "grpo_paired_baseline", "dpo_lr_probe"} <= {p.stem for p in scripts}
+    for path in scripts:
+        own = f"studies.{path.parent.name}"
+        others = {
+            name
+            for name in _top_level_imports(path)
+            if name.split(".")[0] == "studies" and name != own and not name.startswith(own + ".")
+        }
+        assert not others, f"{path}: imports another study's scripts {sorted(others)}"

@@ -189,7 +189,6 @@ def test_the_page_data_holds_what_each_filter_filters_on(workdir):
         ("CoEvolving", 1, "target", False),
     ]
     assert "CoEvolving iteration 1 target" in data["pair_notes"][0]
-    assert run_files.KEEP_PAIRS_COMMAND in data["pair_notes"][0]
     # each kept pair: its kind, hard-negative mark, weights, sides, first divergence and reference log-probs
     pairs = data["pairs"]
     assert len(pairs) == len(dataset) == 3

@@ -1,6 +1,6 @@
 """A finished run's saved policies played greedily on held-out train tasks: a check of its test table off the test splits.
 
-    python -m coevo_jax.analysis.dev_eval --workdir WORKDIR --dev 8 \
+    python -m coevo_jax.analysis dev_eval --workdir WORKDIR --dev 8 \
         [--policies sft_target rft_it1_target eto_it1_target coevo_it1_target]
 
 The dev tasks are the train-split tasks that follow the run's expert tasks: the run never trained on them
@@ -75,7 +75,3 @@ def main(argv: list[str] | None = None) -> dict:
             json.dump(summary, f, indent=1)
     run.close()
     return summary
-
-
-if __name__ == "__main__":
-    main()

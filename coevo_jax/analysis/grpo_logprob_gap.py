@@ -5,7 +5,7 @@ the GRPO train step recomputes it in `model.compute_dtype` (from hidden states, 
 their ratio should be 1; this measures how far it is, per (sample dtype, compute dtype), on episodes that a
 saved policy of a finished run plays on its train tasks:
 
-    python -m coevo_jax.analysis.grpo_logprob_gap --workdir WORKDIR [--policy sft_target] [--tasks 8] [--samples 4]
+    python -m coevo_jax.analysis grpo_logprob_gap --workdir WORKDIR [--policy sft_target] [--tasks 8] [--samples 4]
 
 Prints, per pair of dtypes, |log-prob gap| over the sampled tokens (mean, 99th percentile, max), the mean
 ratio, and the fraction of tokens whose ratio already lies outside [1 - 0.2, 1 + 0.28] (tokens the first
@@ -129,7 +129,3 @@ def main(argv: list[str] | None = None) -> list[dict]:
         )
     run.close()
     return rows
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """How many hard negatives the pair phases of runs trained on, at several reward thresholds.
 
-    python -m coevo_jax.analysis.hard_negatives WORKDIR [WORKDIR ...] [--thresholds 0.6 0.7 0.8]
+    python -m coevo_jax.analysis hard_negatives WORKDIR [WORKDIR ...] [--thresholds 0.6 0.7 0.8]
 
 A pair's rejected side is a hard negative when its reward is at least the threshold: 0.6 in the paper, 0.7 its
 "super-hard" open question. The threshold enters no loss (eq. 6-9 pair every two trajectories of a task with
@@ -76,7 +76,7 @@ def table(runs: Sequence[dict[str, dict]], thresholds: Sequence[float]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m coevo_jax.analysis.hard_negatives", description=__doc__.split("\n")[0]
+        prog="python -m coevo_jax.analysis hard_negatives", description=__doc__.split("\n")[0]
     )
     parser.add_argument("workdirs", nargs="+", help="runs' workdirs (e.g. one per seed)")
     parser.add_argument("--thresholds", type=float, nargs="+", default=list(DEFAULT_THRESHOLDS))
@@ -88,7 +88,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(table(runs, args.thresholds))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

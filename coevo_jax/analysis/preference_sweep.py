@@ -1,6 +1,6 @@
 """What each preference-phase setting did to the policy: one row per run and pair-trained method of a sweep.
 
-    python -m coevo_jax.analysis.preference_sweep WORKDIR [WORKDIR ...] [--baseline SFT]
+    python -m coevo_jax.analysis preference_sweep WORKDIR [WORKDIR ...] [--baseline SFT]
 
 A sweep is several workdirs of the same config but for the DPO settings (`--reuse_from` makes them share the
 SFT stages), evaluated on the dev splits. For each run and method the row gives the setting (learning rate,
@@ -215,7 +215,7 @@ def summary_markdown(runs: Sequence[Mapping], baseline: str = "SFT") -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m coevo_jax.analysis.preference_sweep", description=__doc__
+        prog="python -m coevo_jax.analysis preference_sweep", description=__doc__
     )
     parser.add_argument("workdirs", nargs="+", metavar="WORKDIR")
     parser.add_argument("--baseline", default="SFT", help="the method the others are compared with")
@@ -236,7 +236,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

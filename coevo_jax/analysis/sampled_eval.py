@@ -5,7 +5,7 @@ show under sampling and not under greedy decoding: this tells the two apart. Eac
 evaluation task of the run K times at the given temperature with the same sampling seed per split (so the
 first policy listed, usually `sft_target`, is the baseline of paired, per-task differences).
 
-    python -m coevo_jax.analysis.sampled_eval --workdir WORKDIR [--policies sft_target grpo_it2_target ...]
+    python -m coevo_jax.analysis sampled_eval --workdir WORKDIR [--policies sft_target grpo_it2_target ...]
         [--samples 4] [--temperature 0.9]
 
 Episodes go to `<workdir>/sampled_eval/<policy>_<split>.jsonl` (a rerun resumes them); the summary to
@@ -151,7 +151,3 @@ def main(argv: list[str] | None = None) -> dict:
                     f"({se or 0:.3f}) | {row['tasks_won']} / {row['tasks_lost']} / {row['tasks_tied']} |"
                 )
     return summary
-
-
-if __name__ == "__main__":
-    main()

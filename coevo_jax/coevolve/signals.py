@@ -25,7 +25,7 @@ Defaults, and why (the paper gives theta = 5 as an example and leaves W and n_mi
 * n_min = 200 rollouts (`DEFAULT_MIN_SEEN`): at N = 200 the share of a pattern near the 5% cut is known to
   +-1.5 points (one standard error, sqrt(0.05 * 0.95 / 200)), so a flagged pattern's true share is below
   about 8% with 97.5% confidence; with fewer, a 5% cut mostly flags whatever happened not to come up yet.
-  Measured on the environments' own train experts (`python -m coevo_jax.analysis.coevolve_round`): built-in none rare (its
+  Measured on the environments' own train experts (`python -m studies.coevolve.coevolve_round`): built-in none rare (its
   families are balanced), InterCode-SQL 13% of rollouts (union, between, avg, sum, like), BFCL 95% (150
   functions with a long tail: nearly every rollout has one used by under 5% of tasks).
 """

@@ -1,7 +1,7 @@
 """A run's working directory opened for analysis: its config, experts, policy set-up and saved policies.
 
-What the scripts that replay a finished run's policies (`coevo_jax.analysis.sampled_eval`, `.grpo_logprob_gap`,
-`.grpo_paired_baseline`) share: the run's own `config.json` and `experts.jsonl`, so the tokenizer,
+What the scripts that replay a finished run's policies (`coevo_jax.analysis`'s `sampled_eval` and
+`grpo_logprob_gap`, a study's replay of GRPO's steps) share: the run's own `config.json` and `experts.jsonl`, so the tokenizer,
 architecture and environment are the ones the run trained with.
 """
 

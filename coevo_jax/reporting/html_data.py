@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from coevo_jax.data.pairs import PreferencePair
 from coevo_jax.data.records import Trajectory
 from coevo_jax.reporting.results import sorted_iterations
-from coevo_jax.reporting.run_files import KEEP_PAIRS_COMMAND, PairPhase, eval_policy
+from coevo_jax.reporting.run_files import PairPhase, eval_policy
 
 ADVANTAGES_NOT_KEPT = (
     "The workdir does not keep each episode's GRPO advantage (only each step's records, in "
@@ -205,8 +205,7 @@ def page_data(
         listed = ", ".join(f"{p['method']} iteration {p['it']} {p['agent']}" for p in missing)
         notes.insert(
             0,
-            f"The workdir has no pairs file for {listed} (a run begun before the job kept its pairs): "
-            f"`{KEEP_PAIRS_COMMAND}` rebuilds them from the run's explorations.",
+            f"The workdir has no pairs file for {listed} (a run begun before the job kept its pairs).",
         )
     return {
         "splits": list(results["splits"]),

@@ -12,7 +12,7 @@ partial workdir has, and say `None` where it has nothing:
   report (`dataset`), `<policy>` being `<method>_it<k>_<agent>`;
 * `pairs/<policy>.jsonl`: the pairs that phase trained on, one `data.formats.pair_to_record` line each, with
   `reference_logps` [chosen, rejected] where the phase kept the reference's log-probs (runs from before the
-  job kept pairs have none: `python -m coevo_jax.experiment.keep_pairs WORKDIR` rebuilds them);
+  job kept pairs have none);
 * `rollouts/<run>_step<n>_explore.jsonl` and `<run>/history.json`: GRPO step n's episodes of the method
   `<run>` (`grpo` or a CoEvolve method) and the records of its finished steps.
 """
@@ -34,7 +34,6 @@ from coevo_jax.data.records import Trajectory
 CONFIG_FILE, STAGES_FILE = "config.json", "stages.json"
 ROLLOUTS_DIR, PAIRS_DIR = "rollouts", "pairs"
 PAIR_POLICY = re.compile(r"(?P<method>.+)_it(?P<iteration>\d+)_(?P<agent>target|failure)")
-KEEP_PAIRS_COMMAND = "python -m coevo_jax.experiment.keep_pairs WORKDIR"
 
 
 @dataclasses.dataclass(frozen=True)

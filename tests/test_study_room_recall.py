@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from coevo_jax.analysis import room_recall
 from coevo_jax.data.json_files import DataFormatError
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory, write_trajectories
 from coevo_jax.envs.builtin import BuiltinEnv
 from coevo_jax.envs.builtin.world import ROOMS
+from studies.equal_budget import room_recall
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ then compares the two step by step. It also reports each step's mean sampled-tok
 (the mean of -log p over the sampled reply tokens, at the sampling temperature) for both policies: a policy
 that only grows more certain shows falling entropy with no paired reward gain.
 
-    python -m coevo_jax.analysis.grpo_paired_baseline --workdir WORKDIR [--method grpo] [--out DIR]
+    python -m studies.grpo_paired.grpo_paired_baseline --workdir WORKDIR [--method grpo] [--out DIR]
 
 Writes `grpo_paired.json` and `grpo_paired.png` under `--out` (default: the workdir); the SFT policy's
 episodes go to `<workdir>/paired_baseline/<method>_step<n>.jsonl` (a rerun resumes them).

@@ -1,8 +1,8 @@
 """CoEvolve rounds on each environment, its own train experts replayed as fake rollouts: signals, explored,
 synthesized, verified, pass rate and time.
 
-    python -m coevo_jax.analysis.coevolve_round          # builtin, intercode_sql, bfcl
-    python -m coevo_jax.analysis.coevolve_round --envs builtin --rounds 2 --max-signals 24 --method coevolve_unguided
+    python -m studies.coevolve.coevolve_round          # builtin, intercode_sql, bfcl
+    python -m studies.coevolve.coevolve_round --envs builtin --rounds 2 --max-signals 24 --method coevolve_unguided
 
 The rollout history is three training steps of the environment's train experts (all of them; InterCode-SQL's
 are the GPT-4 wins that replay to 1.0): at step 0 every expert succeeds, at step 1 every third task fails (its

@@ -11,10 +11,10 @@ import pytest
 from seeds import fresh_seed
 from test_data_export import episode
 
-from coevo_jax.analysis import grpo_credit
 from coevo_jax.data.records import write_trajectories
 from coevo_jax.envs.base import GRADED_SCORE
 from coevo_jax.experiment.config import EnvConfig, ExperimentConfig, GRPOConfig
+from studies.credit import grpo_credit
 
 SPLITS = ["test_seen", "test_unseen"]
 VARIANTS = {"episode": ("episode", "none"), "pairs": ("episode", "pairs")}
@@ -136,7 +136,7 @@ def test_the_paired_table_subtracts_the_same_seed(tmp_path):
 
 def test_the_command_refuses_a_directory_that_is_no_run(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "coevo_jax.analysis.grpo_credit", str(tmp_path)],
+        [sys.executable, "-m", "studies.credit.grpo_credit", str(tmp_path)],
         capture_output=True,
         text=True,
     )

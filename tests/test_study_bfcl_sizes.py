@@ -1,8 +1,8 @@
-"""`coevo_jax.analysis.bfcl_sizes` on multi_turn_base: the sizes `configs/bfcl_smollm2.py` is chosen from."""
+"""`studies.smollm2.bfcl_sizes` on multi_turn_base: the sizes `configs/bfcl_smollm2.py` is chosen from."""
 
 import json
 
-from coevo_jax.analysis import bfcl_sizes
+from studies.smollm2 import bfcl_sizes
 
 
 def test_p90_is_a_rank_of_the_sorted_values():

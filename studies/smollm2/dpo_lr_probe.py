@@ -1,9 +1,9 @@
 """Which DPO learning rate for a SmolLM2 config? ETO's phase at several rates, judged on held-out train tasks.
 
-    python -m coevo_jax.analysis.dpo_lr_probe --config configs/sql_smollm2.py --run /work/runs/sql_smollm2_v2 \
+    python -m studies.smollm2.dpo_lr_probe --config configs/sql_smollm2.py --run /work/runs/sql_smollm2_v2 \
         --lrs 1e-6,5e-6,2e-5 --dev 16
-    python -m coevo_jax.analysis.dpo_lr_probe --config configs/sciworld_smollm2.py --run WORKDIR --dev 8 \
-        --set dpo.updates_per_phase=12          # the config's phase, with 12 updates
+    python -m studies.smollm2.dpo_lr_probe --config configs/sciworld_smollm2.py --run WORKDIR --dev 8 \
+        --config.dpo.updates_per_phase=12          # the config's phase, with 12 updates
 
 Starts from a finished run's SFT target policy (`policies/sft_target`) and its iteration-1 exploration
 (`rollouts/sft_target_it1_explore.jsonl`), builds ETO's pairs from them exactly as the main job does, and
@@ -58,35 +58,32 @@ def load_config(path: str, overrides: dict) -> ExperimentConfig:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """`--set FIELD=VALUE` items as {FIELD: the Python literal VALUE}."""
+    """`--config.FIELD=VALUE` items (the main job's override syntax) as {FIELD: VALUE}; VALUE is read as a
+    Python literal, or kept as a string when it is none."""
     overrides = {}
     for item in items:
-        field, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
-        overrides[field] = ast.literal_eval(value)
+        field, sep, value = item.removeprefix("--config.").partition("=")
+        if not item.startswith("--config.") or not sep or not field:
+            raise ValueError(f"{item!r}: expected --config.FIELD=VALUE")
+        try:
+            overrides[field] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overrides[field] = value
     return overrides
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Trains and judges ETO's phase at every rate; returns the result lines it appends to `--out`."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--config", default="configs/sql_smollm2.py")
     parser.add_argument("--run", required=True, help="workdir of a run whose SFT and exploration are done")
     parser.add_argument("--lrs", default="1e-6,5e-6,2e-5")
     parser.add_argument("--dev", type=int, default=16, help="held-out train-split tasks played greedily")
     parser.add_argument("--out", default="dpo_lr_probe.jsonl")
     parser.add_argument("--skip-sft", action="store_true", help="do not evaluate the SFT policy (lr 0)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="a config field to change (Python literal), e.g. dpo.updates_per_phase=12; repeatable",
-    )
-    args = parser.parse_args(argv)
+    args, items = parser.parse_known_args(argv)
     try:
-        overrides = {"show_progress": False, **parse_overrides(args.set)}
+        overrides = {"show_progress": False, **parse_overrides(items)}
     except ValueError as error:
         parser.error(str(error))
 
@@ -150,7 +147,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         )
         result = {
             "config": args.config,
-            "set": args.set,
+            "overrides": items,
             "learning_rate": lr,
             "updates": summary.get("steps", 0),
             "pairs": summary.get("pairs", 0),

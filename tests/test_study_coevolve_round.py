@@ -1,9 +1,9 @@
-"""`coevo_jax.analysis.coevolve_round`: its fake rollout history, and the rare shares `coevolve.signals` quotes."""
+"""`studies.coevolve.coevolve_round`: its fake rollout history, and the rare shares `coevolve.signals` quotes."""
 
 import json
 
 from coevo_jax import envs
-from coevo_jax.analysis import coevolve_round
+from studies.coevolve import coevolve_round
 
 
 def test_the_history_fails_every_third_task_then_adds_a_failure_to_every_fourth():

@@ -1,7 +1,7 @@
 """BFCL multi-turn sizes and costs: prompt and expert lengths in SmolLM2 tokens, replay and checker time.
 
-    python -m coevo_jax.analysis.bfcl_sizes                       # all four categories, both docs styles
-    python -m coevo_jax.analysis.bfcl_sizes --categories multi_turn_base
+    python -m studies.smollm2.bfcl_sizes                       # all four categories, both docs styles
+    python -m studies.smollm2.bfcl_sizes --categories multi_turn_base
 
 For each category, docs style (`compact`, `full`) and observation cap (`--max-observation-chars`, default none
 and 1,000 characters): the task text (function docs and first user turn) in

@@ -1,10 +1,10 @@
-"""`coevo_jax.analysis.grpo_paired_baseline`'s step-by-step comparison against a direct float64 NumPy count."""
+"""`studies.grpo_paired.grpo_paired_baseline`'s step-by-step comparison against a direct float64 NumPy count."""
 
 import numpy as np
 import pytest
 from seeds import fresh_seed
 
-from coevo_jax.analysis import grpo_paired_baseline as paired
+from studies.grpo_paired import grpo_paired_baseline as paired
 
 
 def _steps(rng, rewards):

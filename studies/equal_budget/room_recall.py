@@ -1,6 +1,6 @@
 """How often a built-in-environment policy misremembers where the task said a thing is.
 
-    python -m coevo_jax.analysis.room_recall WORKDIR/rollouts/sft_target_test_seen.jsonl [FILE ...]
+    python -m studies.equal_budget.room_recall WORKDIR/rollouts/sft_target_test_seen.jsonl [FILE ...]
 
 The built-in task text gives the room of every thing the agent must carry ("The rice is in the workshop."),
 and the expert's thoughts restate it before walking there ("I need the rice; it is in the workshop.", or

@@ -1,6 +1,6 @@
 """GRPO's credit variants side by side: where each found a gradient, and what it did to the policy.
 
-    python -m coevo_jax.analysis.grpo_credit WORKDIR [WORKDIR ...] [--baseline episode]
+    python -m studies.credit.grpo_credit WORKDIR [WORKDIR ...] [--baseline episode]
 
 The workdirs are runs of `configs/grpo_credit_study.py:<variant>` (or `bfcl_credit_study.py`), any seeds; the
 variant is read from each run's config (`grpo.advantage`, `grpo.dead_groups`). Per variant, over its seeds:
@@ -211,7 +211,7 @@ def paired_table(runs: Sequence[Mapping], baseline: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m coevo_jax.analysis.grpo_credit", description=__doc__.split("\n")[0]
+        prog="python -m studies.credit.grpo_credit", description=__doc__.split("\n")[0]
     )
     parser.add_argument("workdirs", nargs="+", help="credit-study runs (any variants and seeds)")
     parser.add_argument("--baseline", default="episode", choices=list(VARIANT_NAMES.values()))
