@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import threading
 from typing import Any
 
 import jax
@@ -110,6 +111,12 @@ class LoopPosition:
         return cls(epoch=int(epoch), phase=str(data["phase"]), step=int(data["step"]))
 
 
+# Orbax keeps process-wide state that two saves from two threads at once corrupt (temporary directories of
+# one checkpoint vanishing under another's commit): stages that run side by side (`experiment.agent_pairs`)
+# save and restore under this lock, synchronously.
+ORBAX_LOCK = threading.RLock()
+
+
 def make_manager(directory: str | os.PathLike, *, max_to_keep: int = 3, async_save: bool = True):
     """An Orbax CheckpointManager for mid-phase checkpoints under `directory` (created if missing)."""
     options = ocp.CheckpointManagerOptions(
@@ -129,20 +136,22 @@ def save(
     force: bool = True,
     base: str | None = None,
 ) -> bool:
-    """Starts saving (returns once the arrays are copied; the write goes on in the background).
+    """Starts saving (returns once the arrays are copied; the write goes on in the background unless the
+    manager saves synchronously).
 
     `base` is the `base_fingerprint` of the frozen base when `state` trains LoRA adapters."""
-    return manager.save(
-        checkpoint_id,
-        args=ocp.args.Composite(
-            **{
-                STATE_ITEM: ocp.args.StandardSave(state),
-                POSITION_ITEM: ocp.args.JsonSave(position.to_json()),
-            }
-        ),
-        force=force,
-        custom_metadata=checkpoint_metadata(base),
-    )
+    with ORBAX_LOCK:
+        return manager.save(
+            checkpoint_id,
+            args=ocp.args.Composite(
+                **{
+                    STATE_ITEM: ocp.args.StandardSave(state),
+                    POSITION_ITEM: ocp.args.JsonSave(position.to_json()),
+                }
+            ),
+            force=force,
+            custom_metadata=checkpoint_metadata(base),
+        )
 
 
 def restore(
@@ -161,13 +170,14 @@ def restore(
     if checkpoint_id is None:
         raise FileNotFoundError(f"{manager.directory}: no checkpoint to restore")
     where = f"{manager.directory}/{checkpoint_id}"
-    check_metadata(manager.metadata(checkpoint_id).custom_metadata, base, where)
-    restored = manager.restore(
-        checkpoint_id,
-        args=ocp.args.Composite(
-            **{STATE_ITEM: ocp.args.StandardRestore(target), POSITION_ITEM: ocp.args.JsonRestore()}
-        ),
-    )
+    with ORBAX_LOCK:
+        check_metadata(manager.metadata(checkpoint_id).custom_metadata, base, where)
+        restored = manager.restore(
+            checkpoint_id,
+            args=ocp.args.Composite(
+                **{STATE_ITEM: ocp.args.StandardRestore(target), POSITION_ITEM: ocp.args.JsonRestore()}
+            ),
+        )
     return restored[STATE_ITEM], LoopPosition.from_json(restored[POSITION_ITEM])
 
 

@@ -53,6 +53,12 @@ class RecordingStages:
         failures = [t.reward for t in episodes if t.reward < 1.0]
         return episodes, {"episodes": len(episodes), "failures": len(failures)}
 
+    def explore_pair(self, first, second, iteration):
+        return self.explore(first, iteration), self.explore(second, iteration)
+
+    def pair(self, first, second):
+        return first(), second()
+
     def evaluate(self, policy):
         return {"test_seen": {"policy": policy}}
 

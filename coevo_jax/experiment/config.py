@@ -235,6 +235,7 @@ EXECUTION_FIELDS = (
     "rollout.rows",
     "rollout.groups",
     "warn_failure_pairs_below",
+    "concurrent_agents",
 )
 
 
@@ -272,6 +273,10 @@ class ExperimentConfig:
     # The report and the end of the job's log warn when the failure agent trained on fewer D_fail (eq. 6)
     # pairs than this in an iteration: the co-evolution then had little to learn from (`reporting.mechanism`).
     warn_failure_pairs_below: int = 30
+    # The two agents' independent stages (base SFT, an iteration's explorations, co-evolution's two phases)
+    # run side by side, each computing what it computes alone (`experiment.agent_pairs`); None: on for a
+    # single-process CPU run.
+    concurrent_agents: bool | None = None
 
     def __post_init__(self):
         unknown = [m for m in self.methods if m not in METHODS]

@@ -32,6 +32,8 @@ and evaluates the new target policy.
 
 from __future__ import annotations
 
+import functools
+
 from coevo_jax.data import pairs as pair_builders
 from coevo_jax.experiment import coevolve_loop
 from coevo_jax.experiment.config import BEST_OF_N, COEVOLVE_METHODS
@@ -169,6 +171,30 @@ def _failure_agent_trains_on_failure_pairs(variant: str, iteration: int) -> bool
     )
 
 
+def _failure_phase(stages: Stages, variant: str, k: int, failure: str, target_eps, failure_eps):
+    """What the failure agent's seat does at iteration `k`: a callable giving (its policy after the
+    iteration, its phase's record or None when it does not train)."""
+    cap = stages.setup.cfg.dpo.max_pairs_per_task
+    within = stages.setup.cfg.dpo.include_within_agent
+    if _failure_agent_trains_on_failure_pairs(variant, k):
+        make_pairs = functools.partial(
+            pair_builders.build_failure_pairs,
+            target_eps,
+            failure_eps,
+            include_within_agent=within,
+            max_pairs_per_task=cap,
+        )
+    elif variant == "coevo_positive":
+        make_pairs = functools.partial(
+            pair_builders.build_positive_agent_pairs, stages.experts, failure_eps, max_pairs_per_task=cap
+        )
+    else:
+        return lambda: (failure, None)
+    return functools.partial(
+        stages.train_pairs, f"{variant}_it{k}_failure", failure, make_pairs, kind=StepKind.DPO, iteration=k
+    )
+
+
 def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "coevo") -> list[dict]:
     """`variant`: 'coevo' (the paper's eq. 8), 'coevo_expert_pairs' (the authors' latest pairing), or an
     ablation: 'coevo_positive', 'coevo_frozen' (never trained), 'coevo_frozen_after_1'.
@@ -178,50 +204,29 @@ def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "
     also counts the explored train tasks both agents failed (`failed_by_both`): eq. 6's pairs come from those.
     """
     target, failure = SFT_TARGET, stages.base_sft("failure")
-    cap = stages.setup.cfg.dpo.max_pairs_per_task
-    within, cut = stages.setup.cfg.dpo.include_within_agent, stages.setup.cfg.dpo.pair_context_limited
+    cap, cut = stages.setup.cfg.dpo.max_pairs_per_task, stages.setup.cfg.dpo.pair_context_limited
     if variant == "coevo_expert_pairs":
         build_target = pair_builders.build_expert_failure_pairs
     else:
         build_target = pair_builders.build_target_pairs
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
-        target_eps, target_summary = stages.explore(target, k)
-        failure_eps, failure_summary = stages.explore(failure, k)
+        (target_eps, target_summary), (failure_eps, failure_summary) = stages.explore_pair(target, failure, k)
         both_failed = failed_by_both(target_eps, failure_eps)
         target_eps, failure_eps = (pairable(e, context_limited=cut) for e in (target_eps, failure_eps))
         pairs, train = {}, {}
-        if _failure_agent_trains_on_failure_pairs(variant, k):
-            failure, record = stages.train_pairs(
-                f"{variant}_it{k}_failure",
-                failure,
-                lambda t=target_eps, f=failure_eps: pair_builders.build_failure_pairs(
-                    t, f, include_within_agent=within, max_pairs_per_task=cap
-                ),
-                kind=StepKind.DPO,
-                iteration=k,
-            )
-        elif variant == "coevo_positive":
-            failure, record = stages.train_pairs(
-                f"{variant}_it{k}_failure",
-                failure,
-                lambda f=failure_eps: pair_builders.build_positive_agent_pairs(
-                    stages.experts, f, max_pairs_per_task=cap
-                ),
-                kind=StepKind.DPO,
-                iteration=k,
-            )
-        else:
-            record = None
-        if record is not None:
-            pairs["failure"], train["failure"] = _pair_summary(record), _train_summary(record)
-        target, record = stages.train_pairs(
+        failure_phase = _failure_phase(stages, variant, k, failure, target_eps, failure_eps)
+        target_phase = functools.partial(
+            stages.train_pairs,
             f"{variant}_it{k}_target",
             target,
-            lambda t=target_eps, f=failure_eps: build_target(stages.experts, t, f, max_pairs_per_task=cap),
+            functools.partial(build_target, stages.experts, target_eps, failure_eps, max_pairs_per_task=cap),
             kind=StepKind.COEVO,
             iteration=k,
         )
+        (failure, failure_record), (target, record) = stages.pair(failure_phase, target_phase)
+        if failure_record is not None:
+            pairs["failure"], train["failure"] = _pair_summary(failure_record), _train_summary(failure_record)
         pairs["target"], train["target"] = _pair_summary(record), _train_summary(record)
         entry = _iteration(
             k, stages.evaluate(target), {"target": target_summary, "failure": failure_summary}, pairs, train

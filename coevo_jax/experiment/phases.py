@@ -253,7 +253,11 @@ def _train(
     cfg = setup.cfg
     steps, tx, shardings = setup.programs.steps(spec.optimizer.adamw_settings())
     step_fn, scalars = steps.step(spec.kind), phase_scalars(spec.optimizer, spec.beta)
-    manager = checkpoints.make_manager(store.scratch_dir(spec.name) + "/state", max_to_keep=1)
+    manager = (
+        checkpoints.make_manager(  # synchronous beside the other agent's phase (`checkpoints.ORBAX_LOCK`)
+            store.scratch_dir(spec.name) + "/state", max_to_keep=1, async_save=not setup.concurrent_agents
+        )
+    )
     total = total or spec.epochs * steps_per_epoch
     trainable, frozen = partition_trainable(params, setup.model_cfg)
     base = setup.base_fingerprint

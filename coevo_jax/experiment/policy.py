@@ -28,6 +28,7 @@ from jax.sharding import Mesh
 from coevo_jax import checkpoints, sharding
 from coevo_jax.data.chat_format import chat_format_for
 from coevo_jax.experiment import processes
+from coevo_jax.experiment.agent_pairs import resolve_concurrent_agents
 from coevo_jax.experiment.config import ExperimentConfig
 from coevo_jax.experiment.model import policy_model
 from coevo_jax.experiment.programs import Programs
@@ -57,6 +58,15 @@ class PolicySetup:
     mesh: Mesh
     rules: sharding.ShardingRules
     pretrained: dict | None  # the checkpoint's parameters (both agents start from them), or None
+
+    @functools.cached_property
+    def concurrent_agents(self) -> bool:
+        """Whether the two agents' independent stages run side by side (`experiment.agent_pairs`)."""
+        return resolve_concurrent_agents(
+            self.cfg.concurrent_agents,
+            platform=self.mesh.devices.flat[0].platform,
+            process_count=processes.count(),
+        )
 
     @functools.cached_property
     def codec(self) -> TurnCodec:

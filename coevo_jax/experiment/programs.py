@@ -11,6 +11,7 @@ on the rollout mesh: the same with one process, each process's own devices with 
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 from jax.sharding import Mesh
 
@@ -52,14 +53,16 @@ class Programs:
     rollout_mesh: Mesh  # the samplers'
     rollout_param_shardings: dict  # all the policy's parameters on `rollout_mesh`
     built: dict = dataclasses.field(default_factory=dict)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def steps(self, adamw: AdamWSettings):
         """(compiled steps, tx, state shardings) for the AdamW settings `adamw` (a phase's
         `OptimizerConfig.adamw_settings()`); its schedule and beta go to the steps as `PhaseScalars`."""
         key = ("steps", adamw)
-        if key not in self.built:
-            self.built[key] = self._build_steps(adamw)
-        return self.built[key]
+        with self.lock:  # both agents' phases may ask at once (`experiment.agent_pairs`)
+            if key not in self.built:
+                self.built[key] = self._build_steps(adamw)
+            return self.built[key]
 
     def _build_steps(self, adamw: AdamWSettings):
         tx = make_optimizer(adamw)
@@ -80,9 +83,10 @@ class Programs:
         with `temperature` one that samples the untruncated softmax(logits / temperature) (GRPO's rollouts,
         whose log-probs the trainer must reproduce); each compiled once."""
         key = ("sampler", greedy, None if greedy else temperature)
-        if key not in self.built:
-            self.built[key] = self._build_sampler(greedy, temperature)
-        return self.built[key]
+        with self.lock:
+            if key not in self.built:
+                self.built[key] = self._build_sampler(greedy, temperature)
+            return self.built[key]
 
     def _build_sampler(self, greedy: bool, temperature: float | None) -> Sampler:
         spec = self.cfg.rollout

@@ -190,10 +190,10 @@ def run(cfg: ExperimentConfig, workdir: str, *, reuse_from: str | None = None) -
             eval_tasks,
             on_scalars=lambda tag, step, values: writer.scalars(step, values, prefix=tag),
         )
-        if any(m != "zero_shot" for m in cfg.methods):  # every other method starts from the SFT target
-            stages.base_sft("target")
         if any(m in FAILURE_AGENT_METHODS for m in cfg.methods):
-            stages.base_sft("failure")
+            stages.base_sfts()
+        elif any(m != "zero_shot" for m in cfg.methods):  # every other method starts from the SFT target
+            stages.base_sft("target")
         for method in cfg.methods:
             title = METHOD_TITLES[method]
             results["methods"][title] = {"iterations": []}

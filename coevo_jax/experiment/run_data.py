@@ -134,7 +134,8 @@ class _Replay(Stages):
     built by the method's own `make_pairs`, checked against the phase's recorded report and kept."""
 
     def __init__(self, config: ExperimentConfig, store: _RecordedStore, experts: list[Trajectory]):
-        setup = types.SimpleNamespace(cfg=config)  # all a replay reads of the policy set-up
+        # all a replay reads of the policy set-up; it replays one stage at a time
+        setup = types.SimpleNamespace(cfg=config, concurrent_agents=False)
         super().__init__(setup, store, None, experts, train_tasks=(), eval_tasks={})
         self.pair_splits: dict[str, PairSplit] = {}
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Sequence
 
 from coevo_jax.atomic_files import atomic_path
@@ -23,6 +24,7 @@ from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
 from coevo_jax.experiment import grpo, phases, processes, rollouts
+from coevo_jax.experiment.agent_pairs import run_pair
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import POLICIES_DIR, RunStore
 from coevo_jax.train import StepKind
@@ -110,21 +112,28 @@ class Stages:
         self.seed = setup.cfg.seed
         self._loaded: dict[str, dict] = {}
         self._sft_failed: dict[int, frozenset[str]] = {}  # repeat -> train tasks SFT failed at iteration 1
+        self._log_lock = threading.Lock()
+
+    def pair(self, first: Callable, second: Callable) -> tuple:
+        """(first(), second()) for two independent stages, side by side where the run allows it
+        (`experiment.agent_pairs`)."""
+        return run_pair(first, second, concurrent=self.setup.concurrent_agents)
 
     # --- policies ------------------------------------------------------------------------------------------
 
     def params(self, name: str) -> dict:
         """The saved policy `name`, or for `BASE` the target agent's starting parameters, never saved (kept
         in memory while it is the latest one asked for)."""
-        if name not in self._loaded:
-            if name == BASE:
-                self._loaded = {name: self.setup.base_params(self.seed * 2 + SEEDS["target"])}
-            else:
-                saved = self.store.load_policy(
-                    name, self.setup.abstract_params, base=self.setup.base_fingerprint
-                )
-                self._loaded = {name: self.setup.policy(saved)}
-        return self._loaded[name]
+        loaded = self._loaded  # one read: the other agent's stage may replace it meanwhile
+        if name in loaded:
+            return loaded[name]
+        if name == BASE:
+            params = self.setup.base_params(self.seed * 2 + SEEDS["target"])
+        else:
+            saved = self.store.load_policy(name, self.setup.abstract_params, base=self.setup.base_fingerprint)
+            params = self.setup.policy(saved)
+        self._loaded = {name: params}
+        return params
 
     def _keep(self, name: str, params: dict) -> None:
         self.store.save_policy(name, self.setup.trainable(params), base=self.setup.base_fingerprint)
@@ -146,6 +155,10 @@ class Stages:
         self._log_train(name, self.store.stage(f"train/{name}", run))
         return name
 
+    def base_sfts(self) -> tuple[str, str]:
+        """`base_sft` of the target and of the failure agent: ('sft_target', 'sft_failure')."""
+        return self.pair(lambda: self.base_sft("target"), lambda: self.base_sft("failure"))
+
     # --- episodes ------------------------------------------------------------------------------------------
 
     def explore(self, policy: str, iteration: int, *, repeat: int = 1) -> tuple[list[Trajectory], dict]:
@@ -165,6 +178,12 @@ class Stages:
         failed = self._sft_failed[repeat]
         on_failed = rollouts.summarize([t for t in trajectories if t.task_id in failed])
         return trajectories, {**summary, "on_sft_failed_tasks": on_failed}
+
+    def explore_pair(self, first: str, second: str, iteration: int) -> tuple[tuple, tuple]:
+        """`explore` of two policies at `iteration`: their episodes are played side by side
+        (`pair`), then each is summarised as `explore` summarises it."""
+        self.pair(lambda: self._explore(first, iteration, 1), lambda: self._explore(second, iteration, 1))
+        return self.explore(first, iteration), self.explore(second, iteration)
 
     def _explore(self, policy: str, iteration: int, repeat: int) -> tuple[list[Trajectory], dict]:
         suffix = "" if repeat == 1 else f"_x{repeat}"
@@ -323,5 +342,6 @@ class Stages:
         return name, record
 
     def _log_train(self, name: str, record: dict) -> None:
-        for metrics in record.get("history", []):
-            self.on_scalars(f"train/{name}", int(metrics["step"]), metrics)
+        with self._log_lock:
+            for metrics in record.get("history", []):
+                self.on_scalars(f"train/{name}", int(metrics["step"]), metrics)

@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import orbax.checkpoint as ocp
 
+from coevo_jax import checkpoints
 from coevo_jax.atomic_files import atomic_path
 from coevo_jax.checkpoints import check_metadata, checkpoint_metadata
 from coevo_jax.experiment import processes
@@ -56,6 +58,7 @@ class RunStore:
             read_json(self._stages_path) if os.path.exists(self._stages_path) else {}
         )
         self._checkpointer = ocp.StandardCheckpointer()
+        self._lock = threading.Lock()  # the stage records of two agents' stages finishing at once
 
     def path(self, *parts: str) -> str:
         """A path inside the workdir (parent directories created)."""
@@ -103,8 +106,9 @@ class RunStore:
         """The record of stage `name`: stored if it is done, else `run()`'s (then stored)."""
         if name not in self._stages:
             record = run()
-            self._stages[name] = record
-            processes.on_primary(f"stage {name}", self._write_stages)
+            with self._lock:  # the two agents' stages may finish at once (`experiment.agent_pairs`)
+                self._stages[name] = record
+                processes.on_primary(f"stage {name}", self._write_stages)
             if processes.count() > 1:  # every process goes on with the record as written (JSON)
                 self._stages[name] = read_json(self._stages_path)[name]
         return self._stages[name]
@@ -131,9 +135,10 @@ class RunStore:
                 shutil.rmtree(path)
             os.makedirs(os.path.dirname(path), exist_ok=True)
 
-        processes.on_primary(f"save {name}", clear)
-        self._checkpointer.save(path, params, custom_metadata=checkpoint_metadata(base))
-        self._checkpointer.wait_until_finished()
+        with checkpoints.ORBAX_LOCK:  # one save or restore at a time (`checkpoints.ORBAX_LOCK`)
+            processes.on_primary(f"save {name}", clear)
+            self._checkpointer.save(path, params, custom_metadata=checkpoint_metadata(base))
+            self._checkpointer.wait_until_finished()
 
     def load_policy(self, name: str, abstract_params: dict, *, base: str | None = None) -> dict:
         """Parameters saved under `name`, placed as `abstract_params` (ShapeDtypeStructs with shardings);
@@ -141,8 +146,9 @@ class RunStore:
         path = self.policy_dir(name)
         if not self.has_policy(name):
             raise FileNotFoundError(f"{path}: no saved policy {name!r}")
-        check_metadata(self._checkpointer.metadata(path).custom_metadata, base, path)
-        return self._checkpointer.restore(path, abstract_params)
+        with checkpoints.ORBAX_LOCK:
+            check_metadata(self._checkpointer.metadata(path).custom_metadata, base, path)
+            return self._checkpointer.restore(path, abstract_params)
 
     def scratch_dir(self, name: str) -> str:
         """A directory for a stage's partial state (mid-phase checkpoints), removed by `clear_scratch`."""
