@@ -37,8 +37,7 @@ from coevo_jax.checkpoint_formats.safetensors_io import (
     open_safetensors_file,
     write_safetensors,
 )
-from coevo_jax.models import gemma4_config
-from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.config import ModelConfig, text_stack_prefix
 from coevo_jax.models.decoder import Decoder, abstract_model
 from coevo_jax.models.lora import merged_params
 
@@ -117,9 +116,10 @@ def load_pretrained(
     else:
         hf_config = read_hf_config(path)
         cfg = ModelConfig.from_hf(hf_config, source=os.path.join(path, CONFIG_FILE), **overrides)
+        prefix = text_stack_prefix(hf_config)
         with open_safetensors(path) as source:
-            if hf_config.get("model_type") == "gemma4":  # the multimodal checkpoint: its language model
-                source = text_stack(source, gemma4_config.MULTIMODAL_PREFIX)
+            if prefix is not None:  # a multimodal checkpoint: its language model
+                source = text_stack(source, prefix)
             model = decoder_from_hf_tensors(cfg, source, place)
         tokenizer = _load_tokenizer(path)
     if adapter is not None:

@@ -3,8 +3,9 @@
 Attention has three paths, by what it attends: a full sequence (training, scoring) causally, block-wise
 (`causal_attention`) or through cuDNN's fused kernel (`fused_attention`, `ModelConfig.attention`); a fresh
 chunk written to an empty cache, causally on its own; and a chunk against the slots already cached (a
-prefill after earlier turns, a decode step), through the kernel set's `attend_cache`. Every projection goes
-through `dense` with the block's kernel set (`kernels.kernel_set`).
+prefill after earlier turns, a decode step), through the kernel set's `attend_cache` (a sliding window's
+slots, which are no prefix, through its `attend_slots`). Every projection goes through `dense` with the
+block's kernel set (`kernels.kernel_set`).
 
 With `ModelConfig.lora_rank` > 0 the target projections carry LoRA adapters (`coevo_jax.models.lora`), each
 adding its term to its projection's output.
@@ -29,8 +30,7 @@ from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.dense import dense
 from coevo_jax.models.fused_attention import fused_causal_attention, uses_fused
 from coevo_jax.models.kernels import kernel_set
-from coevo_jax.models.kernels.xla import attend
-from coevo_jax.models.kv_cache import layer_slots, write_keys, write_values
+from coevo_jax.models.kv_cache import write_keys, write_values
 from coevo_jax.models.layers import (
     RMSNorm,
     apply_rope,
@@ -174,11 +174,8 @@ class Attention(nnx.Module):
             )
         elif layer_cache is None or fresh:
             out_BxTxHxE = causal_attention(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, **plan)
-        elif cfg.sliding_window:  # a window is no prefix of the slots, which the kernel sets' paths take
-            dtype = q_BxTxHxE.dtype
-            k_BxKxExS = layer_slots(new_cache[0], layer_cache[2]).astype(dtype)
-            v_BxKxSxE = layer_slots(new_cache[1], layer_cache[2]).astype(dtype)
-            out_BxTxHxE = attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, mask)
+        elif cfg.sliding_window:  # a window is no prefix of the slots, which `attend_cache` may assume
+            out_BxTxHxE = self.kernels.attend_slots(q_BxTxHxE, *new_cache, layer_cache[2], mask)
         else:  # the cached slots: a long prefill chunk in chunks of rows, anything shorter (decode) at once
             row_chunks = plan["row_chunks"] if q_BxTxHxE.shape[1] >= _ROWS_MAPPED_FROM else 1
             out_BxTxHxE = self.kernels.attend_cache(q_BxTxHxE, *new_cache, layer_cache[2], mask, row_chunks)

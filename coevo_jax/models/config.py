@@ -2,9 +2,11 @@
 
 One frozen, hashable dataclass describes every supported family (Llama-2, Llama-3, Qwen2/2.5, Qwen3,
 SmolLM2, Gemma 4); the family differences reduce to a few flags (q/k/v bias, per-head q/k RMSNorm, tied
-embeddings, Llama-3 RoPE scaling, and Gemma's: `layer_types`, read and written by `gemma4_config`). The LoRA fields say whether the policy trains low-rank adapters on a frozen base
-(`coevo_jax.models.lora`). Being hashable, a config can live as static data inside an NNX module and be a
-static argument of `jax.jit`.
+embeddings, Llama-3 RoPE scaling, and Gemma's: `layer_types` and the rest). Each family's `config.json` is
+read and written by a module of its own (`llama_config`, `gemma4_config`), which knows no `ModelConfig`:
+it maps dicts to fields and a config's fields back. The LoRA fields say whether the policy trains low-rank
+adapters on a frozen base (`coevo_jax.models.lora`). Being hashable, a config can live as static data
+inside an NNX module and be a static argument of `jax.jit`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
+
+from coevo_jax.models import gemma4_config, llama_config
+from coevo_jax.models.llama_config import Llama3RopeScaling
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "gemma4_text")
 # `ModelConfig.layer_types`: what each layer's attention attends (Gemma 4 interleaves the two).
@@ -30,17 +34,14 @@ ATTENTION_CHOICES = ("auto", "blocked", "cudnn")
 # computes them; 'auto' is resolved where the decoder is built (`coevo_jax.models.kernels.resolve`).
 PLATFORM_CHOICES = ("auto", "cpu", "gpu", "tpu")
 KERNEL_CHOICES = ("auto", "xla", "cpu")
-_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Llama3RopeScaling:
-    """Llama-3.1 style frequency-dependent RoPE rescaling (`rope_type: llama3`)."""
-
-    factor: float
-    low_freq_factor: float
-    high_freq_factor: float
-    original_max_position_embeddings: int
+# The module that reads and writes each family's `config.json`, by the model types it reads.
+_FAMILIES = {
+    "llama": llama_config,
+    "qwen2": llama_config,
+    "qwen3": llama_config,
+    "gemma4": gemma4_config,
+    "gemma4_text": gemma4_config,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,60 +265,13 @@ class ModelConfig:
         if not isinstance(hf_config, Mapping):
             raise ValueError(f"{source}: expected a JSON object, got {type(hf_config).__name__}")
         model_type = hf_config.get("model_type")
-        if model_type in ("gemma4", "gemma4_text"):
-            from coevo_jax.models.gemma4_config import fields_from_hf
-
-            return cls(**{**fields_from_hf(hf_config, source), **overrides})
-        if model_type not in SUPPORTED_MODEL_TYPES:
+        if model_type not in _FAMILIES:
             raise ValueError(
                 f"{source}: unsupported architecture model_type={model_type!r} "
                 f"(architectures={hf_config.get('architectures')}); supported model types: "
                 f"{', '.join(SUPPORTED_MODEL_TYPES)}"
             )
-        act = hf_config.get("hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"{source}: unsupported hidden_act={act!r} (only 'silu' / SwiGLU)")
-        if hf_config.get("use_sliding_window"):
-            raise ValueError(f"{source}: sliding-window attention (use_sliding_window=true) is not supported")
-
-        def count(key: str, default: int | None = None) -> int:
-            """A size or count: a positive integer; missing (without a default), a string or 0 is an error."""
-            value = hf_config.get(key) if hf_config.get(key) is not None else default
-            if value is None:
-                raise ValueError(f"{source}: missing field {key!r}")
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{source}: field {key!r} must be a positive integer, got {value!r}")
-            return value
-
-        hidden = count("hidden_size")
-        num_heads = count("num_attention_heads")
-        theta, scaling = _rope_from_hf(hf_config, source)
-        bias = bool(hf_config.get("attention_bias", False))
-        fields = dict(
-            vocab_size=count("vocab_size"),
-            hidden_size=hidden,
-            intermediate_size=count("intermediate_size"),
-            num_layers=count("num_hidden_layers"),
-            num_heads=num_heads,
-            num_kv_heads=count("num_key_value_heads", num_heads),
-            head_dim=count("head_dim", hidden // num_heads),
-            rope_theta=theta,
-            rope_scaling=scaling,
-            rms_norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
-            # Qwen2 always has q/k/v bias and no output bias; Llama/Qwen3 use one flag for both.
-            attention_bias=True if model_type == "qwen2" else bias,
-            attention_out_bias=False if model_type == "qwen2" else bias,
-            mlp_bias=bool(hf_config.get("mlp_bias", False)),
-            qk_norm=model_type == "qwen3",
-            max_position_embeddings=count("max_position_embeddings", 4096),
-            bos_token_id=hf_config.get("bos_token_id"),
-            eos_token_id=hf_config.get("eos_token_id"),
-            pad_token_id=hf_config.get("pad_token_id"),
-            model_type=model_type,
-        )
-        fields.update(overrides)
-        return cls(**fields)
+        return cls(**{**_FAMILIES[model_type].fields_from_hf(hf_config, source), **overrides})
 
     def to_hf(self) -> dict[str, Any]:
         """A `config.json` dict that transformers (4.x and 5.x) loads as the matching *ForCausalLM.
@@ -328,71 +282,19 @@ class ModelConfig:
             raise ValueError(
                 f"token_shift={self.token_shift}: no Hugging Face architecture has a token shift"
             )
-        if self.model_type == "gemma4_text":
-            from coevo_jax.models.gemma4_config import to_hf
-
-            return to_hf(self)
-        if self.model_type == "qwen2" and (not self.attention_bias or self.attention_out_bias):
-            raise ValueError("qwen2 requires q/k/v bias and no output bias")
-        if self.model_type != "qwen2" and self.attention_bias != self.attention_out_bias:
-            raise ValueError(f"{self.model_type} uses one attention_bias flag for q/k/v and output")
-        if self.qk_norm != (self.model_type == "qwen3"):
-            raise ValueError("qk_norm is exactly the qwen3 architecture")
-        if self.mlp_bias and self.model_type != "llama":
-            raise ValueError("mlp_bias is only expressible for model_type 'llama'")
-        rope_parameters: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
-        if self.rope_scaling is not None:
-            rope_parameters.update(rope_type="llama3", **dataclasses.asdict(self.rope_scaling))
-        eos = list(self.eos_token_id) if isinstance(self.eos_token_id, tuple) else self.eos_token_id
-        out: dict[str, Any] = {
-            "architectures": [_ARCHITECTURES[self.model_type]],
-            "model_type": self.model_type,
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": self.num_layers,
-            "num_attention_heads": self.num_heads,
-            "num_key_value_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "hidden_act": "silu",
-            "max_position_embeddings": self.max_position_embeddings,
-            "rms_norm_eps": self.rms_norm_eps,
-            "tie_word_embeddings": self.tie_word_embeddings,
-            # 5.x reads `rope_parameters`; 4.x reads `rope_theta` + `rope_scaling`.
-            "rope_parameters": rope_parameters,
-            "rope_theta": self.rope_theta,
-            "rope_scaling": None if self.rope_scaling is None else dict(rope_parameters),
-            "bos_token_id": self.bos_token_id,
-            "eos_token_id": eos,
-            "pad_token_id": self.pad_token_id,
-            "torch_dtype": np.dtype(self.param_dtype).name,
-            "use_cache": True,
-        }
-        if self.model_type != "qwen2":
-            out["attention_bias"] = self.attention_bias
-        if self.model_type == "llama":
-            out["mlp_bias"] = self.mlp_bias
+        family = _FAMILIES[self.model_type]
+        out = family.to_hf(self)
+        back = self.replace(**family.fields_from_hf(out, "to_hf"))
+        differs = sorted(
+            f.name for f in dataclasses.fields(self) if getattr(back, f.name) != getattr(self, f.name)
+        )
+        if differs:
+            raise ValueError(f"{self.model_type} does not express these fields as they are set: {differs}")
         return out
 
 
-def _rope_from_hf(hf_config: Mapping[str, Any], source: str) -> tuple[float, Llama3RopeScaling | None]:
-    """Reads (theta, scaling) from either `rope_parameters` (5.x) or `rope_theta`/`rope_scaling` (4.x)."""
-    params = dict(hf_config.get("rope_parameters") or {})
-    legacy = hf_config.get("rope_scaling") or {}
-    params = {**legacy, **params}
-    theta = float(params.get("rope_theta", hf_config.get("rope_theta", 10000.0)))
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type in (None, "default"):
-        return theta, None
-    if rope_type != "llama3":
-        raise ValueError(f"{source}: unsupported rope_type={rope_type!r} (supported: default, llama3)")
-    try:
-        scaling = Llama3RopeScaling(
-            factor=float(params["factor"]),
-            low_freq_factor=float(params["low_freq_factor"]),
-            high_freq_factor=float(params["high_freq_factor"]),
-            original_max_position_embeddings=int(params["original_max_position_embeddings"]),
-        )
-    except KeyError as missing:
-        raise ValueError(f"{source}: llama3 rope scaling lacks {missing}") from None
-    return theta, scaling
+def text_stack_prefix(hf_config: Mapping[str, Any]) -> str | None:
+    """The name prefix of a multimodal checkpoint's language-model tensors (which are read as the text
+    model's `model.` ones); None for a text-only checkpoint."""
+    family = _FAMILIES.get(hf_config.get("model_type"))
+    return None if family is None else family.text_stack_prefix(hf_config)

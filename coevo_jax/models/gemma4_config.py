@@ -5,17 +5,14 @@ full attention, a second head size and key/value head count on the full layers w
 RoPE, q/k/v norms, attention scale 1, sandwich norms, a learned scalar per layer, scaled embeddings,
 soft-capped logits, GELU, keys as values on full layers, KV sharing). A text-only checkpoint
 (`gemma4_text`, `Gemma4ForCausalLM`) is read as it is; of a multimodal one (`gemma4`) the `text_config`
-is taken, and its language model's tensors (`checkpoint_formats.loading`). What the decoder does not
+is taken, and its language model's tensors (`text_stack_prefix`). What the decoder does not
 compute (mixture-of-experts blocks, per-layer input embeddings, bidirectional attention) is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from coevo_jax.models.config import ModelConfig
+from typing import Any
 
 # The multimodal checkpoint's language model, as its tensors are named (`Gemma4ForConditionalGeneration`).
 MULTIMODAL_PREFIX = "model.language_model."
@@ -121,17 +118,14 @@ def fields_from_hf(hf_config: Mapping[str, Any], source: str) -> dict[str, Any]:
     )
 
 
-def to_hf(cfg: ModelConfig) -> dict[str, Any]:
-    """A `gemma4_text` `config.json` that transformers loads as `Gemma4ForCausalLM`."""
-    out = _as_hf(cfg)
-    back = cfg.replace(**fields_from_hf(out, "to_hf"))
-    differs = sorted(f for f in vars(cfg) if getattr(back, f) != getattr(cfg, f))
-    if differs:
-        raise ValueError(f"gemma4_text does not express these fields as they are set: {differs}")
-    return out
+def text_stack_prefix(hf_config: Mapping[str, Any]) -> str | None:
+    """`MULTIMODAL_PREFIX` for a multimodal checkpoint (`gemma4`), None for a text-only one."""
+    return MULTIMODAL_PREFIX if hf_config.get("model_type") == "gemma4" else None
 
 
-def _as_hf(cfg: ModelConfig) -> dict[str, Any]:
+def to_hf(cfg: Any) -> dict[str, Any]:
+    """A `gemma4_text` `config.json` of the `ModelConfig` `cfg` that transformers loads as `Gemma4ForCausalLM`
+    (`ModelConfig.to_hf` checks that it reads back as `cfg`)."""
     eos = list(cfg.eos_token_id) if isinstance(cfg.eos_token_id, tuple) else cfg.eos_token_id
     full_rope = {"rope_type": "proportional", "rope_theta": cfg.global_rope_theta or cfg.rope_theta}
     full_rope["partial_rotary_factor"] = cfg.global_partial_rotary_factor

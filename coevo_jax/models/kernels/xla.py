@@ -95,10 +95,7 @@ class XlaKernels:
         if batch % max(row_chunks, 1):
             raise ValueError(f"row_chunks={row_chunks} must divide the batch of {batch}")
         if row_chunks <= 1:
-            dtype = q_BxTxHxE.dtype
-            k_BxKxExS = layer_slots(keys_LxBxKxExS, layer).astype(dtype)
-            v_BxKxSxE = layer_slots(values_LxBxKxSxE, layer).astype(dtype)
-            return attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, allowed_BxTxS)
+            return self.attend_slots(q_BxTxHxE, keys_LxBxKxExS, values_LxBxKxSxE, layer, allowed_BxTxS)
         rows = batch // row_chunks
 
         def split(x):
@@ -117,6 +114,22 @@ class XlaKernels:
         indices = jnp.arange(row_chunks, dtype=jnp.int32)
         out = jax.lax.map(chunk, (indices, split(q_BxTxHxE), split(allowed_BxTxS)))
         return out.reshape(q_BxTxHxE.shape)
+
+    def attend_slots(
+        self,
+        q_BxTxHxE: jax.Array,
+        keys_LxBxKxExS: jax.Array,
+        values_LxBxKxSxE: jax.Array,
+        layer: jax.Array,
+        allowed_BxTxS: jax.Array,
+    ) -> jax.Array:
+        """`attend` over whichever slots of layer `layer` of the stacked cache `allowed_BxTxS` picks, in any
+        pattern (a sliding window is no prefix, which `attend_cache` may assume): every kernel set reads it
+        through XLA."""
+        dtype = q_BxTxHxE.dtype
+        k_BxKxExS = layer_slots(keys_LxBxKxExS, layer).astype(dtype)
+        v_BxKxSxE = layer_slots(values_LxBxKxSxE, layer).astype(dtype)
+        return attend(q_BxTxHxE, k_BxKxExS, v_BxKxSxE, allowed_BxTxS)
 
     def causal_plan(self, batch: int) -> dict:
         """Block size and row chunking of `causal_attention` (and of long cached chunks) on this platform.
