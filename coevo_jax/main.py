@@ -5,14 +5,17 @@ evaluating after every iteration; rerunning the same command on the same workdir
 config field with `--config.some.field=value` (the config is locked: a misspelt field is an error).
 `--reuse_from=OTHER_WORKDIR` starts a new workdir from another run's stages that the config's differences
 cannot change (a DPO learning-rate sweep without redoing SFT, say). Compiled programs are kept in JAX's
-persistent compilation cache (`--compilation_cache`, by default `<workdir>/compilation_cache`), so a resumed
-job reads its train steps and samplers back instead of compiling them again.
+persistent compilation cache (`--compilation_cache`, by default one under `~/.cache/coevo_jax/` for every
+run of the user on this CPU), so a resumed job, another seed or another config of the same policy reads its
+train steps and samplers back instead of compiling them again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import platform
 from collections.abc import Mapping
 
 from absl import app, flags
@@ -33,7 +36,8 @@ _REUSE_FROM = flags.DEFINE_string(
 _COMPILATION_CACHE = flags.DEFINE_string(
     "compilation_cache",
     None,
-    "Directory of JAX's persistent compilation cache (default: <workdir>/compilation_cache; 'none': off). "
+    "Directory of JAX's persistent compilation cache (default: $XDG_CACHE_HOME or ~/.cache, then "
+    "coevo_jax/compilation_cache; 'none': off). "
     "Ignored when JAX_COMPILATION_CACHE_DIR is set.",
 )
 flags.mark_flags_as_required(["config", "workdir"])
@@ -41,16 +45,29 @@ flags.mark_flags_as_required(["config", "workdir"])
 CACHE_SUBDIR = "compilation_cache"
 
 
-def compilation_cache_dir(
-    flag: str | None, workdir: str, environ: Mapping[str, str] = os.environ
-) -> str | None:
+def compilation_cache_dir(flag: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
     """Where the job keeps compiled programs: JAX_COMPILATION_CACHE_DIR when set (JAX reads it itself: None
-    here), else the flag's directory ('none': no cache), else `<workdir>/compilation_cache`."""
+    here), else the flag's directory ('none': no cache), else the user's cache directory's
+    `coevo_jax/compilation_cache`, shared by every run (JAX keys each program by its HLO, compile options,
+    versions and devices)."""
     if environ.get("JAX_COMPILATION_CACHE_DIR"):
         return None
     if flag is not None:
         return None if flag.lower() == "none" else flag
-    return os.path.join(workdir, CACHE_SUBDIR)
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "coevo_jax", CACHE_SUBDIR, host_cpu_key())
+
+
+def host_cpu_key(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """A short hash of the CPU's model and instruction-set flags: programs XLA compiled for one CPU are
+    kept apart from another's (an AVX-512 program must never be loaded on an AVX2-only machine)."""
+    try:
+        with open(cpuinfo) as f:
+            lines = [line for line in f if line.startswith(("model name", "flags", "Features", "CPU part"))]
+    except OSError:
+        lines = []
+    text = "".join(sorted(set(lines))) or platform.machine()
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def main(argv) -> None:
@@ -62,7 +79,7 @@ def main(argv) -> None:
     from coevo_jax.experiment.run import run
     from coevo_jax.reporting.tables import table_markdown
 
-    cache = compilation_cache_dir(_COMPILATION_CACHE.value, _WORKDIR.value)
+    cache = compilation_cache_dir(_COMPILATION_CACHE.value)
     if cache is not None:
         jax.config.update("jax_compilation_cache_dir", cache)
     logging.getLogger().setLevel(logging.INFO)
