@@ -1,38 +1,14 @@
 """InterCode-SQL's server backend: the agent's SQL runs on the project's MariaDB server, as InterCode's ran on MySQL 8.
 
 `launch/mariadb.sh start` starts the server (its own data directory and unix socket under the cache directory)
-with the 20 Spider databases loaded from InterCode's dump and `lower_case_table_names=1`, and an account
-`coevo_reader` that may only SELECT and SHOW. Every statement, SHOW and DESCRIBE included, is answered by the
-server; rows come back as InterCode's client returned them (DECIMAL as `Decimal`, dates as `datetime`), so
-`str()` of a row, and so the reward, is the server's. Where MariaDB differs from MySQL 8 the session is set
-to MySQL 8's ways as far as a setting or a small addition reaches:
-- sql_mode is MySQL 8's default less ONLY_FULL_GROUP_BY: MySQL allows a column that the GROUP BY columns
-  determine (through a primary key or an equality), MariaDB's check does not, and refuses 107 of InterCode's
-  1,034 gold queries, 63 of which certainly ran on MySQL (GPT-4 scored above 0 on them); MySQL's own check
-  answers instead, from the database's keys (`full_group_by`);
-- a GROUP BY without ORDER BY is not sorted (`group_by`);
-- internal temporary tables are on disk, which makes the order of ties (`ORDER BY count(*) LIMIT 1`)
-  repeatable: in memory MariaDB breaks them differently from one connection to the next;
-- error messages name clauses as MySQL does (`statements.mariadb_error_message`).
-
-The guarantees of the SQLite sandbox hold here too:
-- no write succeeds: the account has SELECT and SHOW VIEW on the Spider databases only (no FILE, no temporary
-  tables, no routines), and the server runs read-only for every account without SUPER;
-- time: the session's `max_statement_time` stops a statement at `timeout_s` on the server; a watchdog kills
-  the query from a second connection shortly after (the agent may raise its own session's limit), and the
-  socket's read timeout is the last resort; a timeout reads as on SQLite (`sandbox.QueryTimeout`);
-- memory: rows are read one at a time from an unbuffered cursor, and reading stops once they hold
-  `max_result_bytes` (`TruncatedRows`) or pass `max_rows` (an error); the connection, with the rest of the
-  result unread, is then dropped and a fresh one opened for the next statement;
-- a dropped connection (server restarted, connection killed) is reopened and the statement run again once,
-  as is a statement another session of the account interrupted (`KILL QUERY` is allowed on one's own
-  account); a server that answers no connection at all raises `ServerUnavailable`.
-Sessions are named (the episode's, the gold queries', statements outside episodes): `end_session` drops one,
-so a new episode starts without the last one's session variables.
-
-`MySqlBackend` is the same on a MySQL server (`launch/mysql.sh`, or the user's own): statements go as they
-are, with MySQL 8's default sql_mode and the server's own messages, time limit (`max_execution_time`) and
-row order.
+with the 20 Spider databases of InterCode's dump, `lower_case_table_names=1` and a read-only account
+`coevo_reader`. Every statement is answered by the server, and rows come back as InterCode's client returned
+them (DECIMAL as `Decimal`, dates as `datetime`), so `str()` of a row, and so the reward, is the server's.
+Where MariaDB differs from MySQL 8 the session is set to MySQL 8's ways (`SERVER_KINDS`): MySQL's own
+ONLY_FULL_GROUP_BY decision (`full_group_by`), GROUP BY unsorted (`group_by`), temporary tables on disk, error
+messages in MySQL's words (`statements.mariadb_error_message`). The SQLite sandbox's guarantees hold here too
+(`ServerSession`). `MySqlBackend` runs statements as they are on a MySQL server (`launch/mysql.sh`, or the
+user's own).
 """
 
 from __future__ import annotations
@@ -65,7 +41,8 @@ _TIMEOUT_CODES = {1969, 3024}  # MariaDB's max_statement_time, MySQL's max_execu
 _INTERRUPTED = 1317  # KILL QUERY: the watchdog's, or another session's of the same account (then run again)
 _LOST_CODES = {0, 1053, 1927, 2006, 2013, 2055}  # the connection is gone (or was never there)
 _UNPARSED_CODES = {1064, 1221}  # a syntax error, "incorrect usage of ... and ORDER BY"
-# MySQL 8.0's default sql_mode less ONLY_FULL_GROUP_BY (see the module docstring).
+# MySQL 8.0's default sql_mode less ONLY_FULL_GROUP_BY: MariaDB's check knows no functional dependence and
+# refuses gold queries MySQL ran (studies/intercode_sql_agreement/README.md), so `full_group_by` decides it.
 SQL_MODE = (
     "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 )
@@ -87,7 +64,8 @@ class ServerKind:
 
 
 SERVER_KINDS = {
-    # MariaDB set to MySQL 8's ways: our own GROUP BY check (full_group_by), temporary tables on disk
+    # MariaDB set to MySQL 8's ways: our own GROUP BY check (full_group_by), temporary tables on disk (in
+    # memory MariaDB breaks ties such as `ORDER BY count(*) LIMIT 1` differently from one connection to the next)
     "mariadb": ServerKind(
         "MariaDB",
         SOCKET_ENV,
@@ -144,7 +122,15 @@ class _Lost(Exception):
 
 
 class ServerSession:
-    """One connection of the read-only account, opened on first use and reopened after it drops."""
+    """One connection of the read-only account, opened on first use and reopened after it drops.
+
+    The SQLite sandbox's guarantees: no write succeeds (the account may SELECT and SHOW VIEW on the Spider
+    databases only, and the server is read-only without SUPER); the session's time limit stops a statement at
+    `timeout_s`, a watchdog kills it from a second connection shortly after (the agent may raise its own
+    session's limit) and the socket's read timeout is the last resort; rows are read one at a time, up to
+    `max_result_bytes` (`TruncatedRows`) or `max_rows` (an error), and the connection is then dropped. A
+    dropped connection, or a statement another session of the account interrupted, is run again once; no
+    connection at all raises `ServerUnavailable`."""
 
     def __init__(
         self,
@@ -351,6 +337,8 @@ class MariaDbBackend:
                     self._control.end()
 
     def end_session(self, session: str) -> None:
+        """Drops the named session (the episode's, the gold queries', statements outside episodes), so that a
+        new episode starts without the last one's session variables."""
         if session in self._sessions:
             self._sessions[session].end()
 
