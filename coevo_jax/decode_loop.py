@@ -238,9 +238,8 @@ def prefill(
     A row whose chunk is all padding keeps its cache unchanged (its logits are garbage). Every row with a
     chunk must end within the first `window` slots. `fresh`: every row with a chunk starts at length 0, so
     the chunk attends only itself (the causal block path; see `Decoder.hidden_states_cached`), unless the
-    model's kernel set reads the cache in place: it then attends the chunk through the cache as fast or
-    faster (the CPU kernels: the anchor's 8 x 256-token prefill 41-42 ms against 44 on the block path;
-    SmolLM2's layers 0.89-1.03x the block path's time from 256 to 2,000 tokens; bench/README.md session 18).
+    model's kernel set reads the cache in place (the CPU kernels): it then attends the chunk through the
+    cache, as fast as the block path or faster.
     """
     with _maybe_activation_context(mesh, rules):
         model = bind(graphdef, params, weights, per_layer=False)

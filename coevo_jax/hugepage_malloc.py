@@ -1,12 +1,11 @@
 """Start the main job with glibc's malloc on transparent huge pages, without changing a number it computes.
 
 XLA's CPU runtime allocates and frees its buffers (activations, logits, KV caches) on every step through
-glibc's malloc, which hands memory back to the kernel and takes it again page by page: the quickstart took
-203 million minor page faults, a quarter of its CPU time in the kernel. With the tunable
-`glibc.malloc.hugetlb=1` malloc asks for transparent huge pages (2 MiB) instead; an SFT-only job then takes
-0.55 million faults instead of 19.9 million and 1:19-1:27 instead of 1:38-1:41, with the same results to the
-last bit (`bench/README.md`, "Huge-page malloc for the main job"). glibc reads tunables only when a process
-starts, hence the re-exec.
+glibc's malloc, which hands memory back to the kernel and takes it again page by page, so that much of a job's
+CPU time goes to minor page faults. With the tunable `glibc.malloc.hugetlb=1` malloc asks for transparent huge
+pages (2 MiB) instead: far fewer faults and a shorter job, with the same results to the last bit
+(`bench/README.md`, "Huge-page malloc for the main job"). glibc reads tunables only when a process starts,
+hence the re-exec.
 
 `COEVO_JAX_HUGEPAGE_MALLOC=0` turns it off; it is skipped where it cannot apply (not Linux with glibc, the
 kernel's transparent huge pages set to `never`) and where the tunable is already set.

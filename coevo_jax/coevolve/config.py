@@ -1,6 +1,6 @@
 """`CoEvolveConfig`: the CoEvolve loop's settings and ablation switches, a frozen dataclass built once from
-the run's ConfigDict group (`from_mapping`); the ablations of the paper's Table 5 and of issue 22 are named
-settings of it (`ABLATIONS`, `for_method`)."""
+the run's ConfigDict group (`from_mapping`); the paper's Table 5 ablations (each signal alone, no
+verification) and unguided exploration are named settings of it (`ABLATIONS`, `for_method`)."""
 
 from __future__ import annotations
 

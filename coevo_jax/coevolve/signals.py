@@ -10,24 +10,11 @@ is one `Signal` per (task, step) that carries the rollouts it marks; a rollout m
   W = 1 means "it succeeded last time"). The window counts the task's own visits, not training steps. Marked:
   the rollouts of the current step that score < 0.5.
 * Boundary: the task's K rollouts in one step hold a reward > 0.5 and one < 0.5 (all K marked).
-* Rare: a pattern p (`patterns`) with count c_p > 0 and c_p / N < theta / 100, once N >= n_min. Here c_p is
-  the number of rollouts whose pattern set holds p and N the number of rollouts seen, so c_p / N is the share
-  of rollouts that show p (the paper extracts one pattern a trajectory, where the two readings agree; with a
-  set a trajectory, dividing by all pattern occurrences would make long trajectories dilute every share).
-  Counts accumulate over training, this step's rollouts included, before the test. Marked: the step's rollouts
-  of the task that show a rare pattern; the signal lists them rarest first.
-
-Defaults, and why (the paper gives theta = 5 as an example and leaves W and n_min open):
-* W = 3 (`DEFAULT_WINDOW`): a success within the task's last three visits. Long enough that a success one
-  noisy visit ago still counts; short enough that the success was earned by a recent policy: with signals
-  every F = 10 steps and a task drawn every few steps, three visits reach back about one or two rounds.
-* theta = 5 (`DEFAULT_THETA`), the paper's example.
-* n_min = 200 rollouts (`DEFAULT_MIN_SEEN`): at N = 200 the share of a pattern near the 5% cut is known to
-  +-1.5 points (one standard error, sqrt(0.05 * 0.95 / 200)), so a flagged pattern's true share is below
-  about 8% with 97.5% confidence; with fewer, a 5% cut mostly flags whatever happened not to come up yet.
-  Measured on the environments' own train experts (`python -m studies.coevolve.coevolve_round`): built-in none rare (its
-  families are balanced), InterCode-SQL 13% of rollouts (union, between, avg, sum, like), BFCL 95% (150
-  functions with a long tail: nearly every rollout has one used by under 5% of tasks).
+* Rare: a pattern p (`patterns`) with count c_p > 0 and c_p / N < theta / 100, once N >= n_min: c_p counts
+  the rollouts whose pattern set holds p and N the rollouts seen (with a pattern set a trajectory, dividing by
+  all occurrences would let long trajectories dilute every share). Counts accumulate over training, this
+  step's rollouts included. Marked: the step's rollouts of the task that show a rare pattern, rarest first.
+The paper gives theta = 5 as an example and leaves W and n_min open; the defaults say why theirs.
 """
 
 from __future__ import annotations
@@ -39,8 +26,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from coevo_jax.data.records import Trajectory
 
 SIGNAL_KINDS = ("forgetting", "boundary", "rare")
+# A success within the task's last three visits: one noisy visit ago still counts, and with signals every
+# F = 10 steps three visits reach back about one or two rounds, so the success was a recent policy's.
 DEFAULT_WINDOW = 3
-DEFAULT_THETA = 5.0
+DEFAULT_THETA = 5.0  # the paper's example
+# At N = 200 a share near the 5 % cut is known to +-1.5 points (sqrt(0.05 * 0.95 / 200)); with fewer a 5 % cut
+# mostly flags what happened not to come up yet. What it flags per environment: studies/coevolve/README.md.
 DEFAULT_MIN_SEEN = 200
 SUCCESS = 0.5  # the paper's threshold between success and failure
 

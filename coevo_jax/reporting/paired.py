@@ -17,7 +17,7 @@ import numpy as np
 
 from coevo_jax.reporting.results import failure_series, final_scores, score_row
 
-# The study's questions (issue: "The paper's training"): does each step of the method add something?
+# The study's questions: does each step of the method add something?
 DEFAULT_CONTRASTS = (
     ("ETO", "SFT"),
     ("CoEvolving", "ETO"),

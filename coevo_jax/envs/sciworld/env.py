@@ -9,7 +9,7 @@ episode (ScienceWorld's score / 100; ETO's `raw_score`), clamped to [0, 1] becau
 An episode is done when ScienceWorld says the task is complete or failed (score < 0); the rollout loop
 enforces ETO's step limits (`max_steps.json`). `info` carries the raw score of the step.
 
-Each instance owns one JVM (`jvm`, 450-500 MB resident at the default `-Xmx384m`), started on the
+Each instance owns one JVM (`jvm`, its heap bounded by the default `-Xmx384m`), started on the
 first `reset` and supervised (`supervisor`): a crashed or hung JVM is replaced, the episode replayed
 and the step retried once; a second failure raises `SimulatorFailed`, which the rollout loop records as the
 episode's `env_error`. The rollout loop's one environment per slot is the pool of JVMs; they start in

@@ -6,15 +6,15 @@ JVM with no way to pass JVM options and waits on every call without a deadline, 
 py4j.GatewayServer --die-on-broken-pipe 0`), reads the port it prints and drives the simulator's
 `PythonInterface` object directly.
 
-Memory: the package's JVM (default G1 collector, heap limit a quarter of RAM) was 2.7 GB resident after two
-passes over the 24 task types on a 24 GB machine. With `-XX:+UseSerialGC -Xmx384m` (the defaults here) it is
-450-500 MB after hundreds of episodes of every type; with `-Xmx256m` about 350 MB (steps about 10% slower).
+Memory: the package's JVM (default G1 collector, heap limit a quarter of RAM) grows to gigabytes over the
+task types; `-XX:+UseSerialGC -Xmx384m` (the defaults here) keeps it to a few hundred MB, and a smaller heap
+slows the steps.
 
 Determinism: ScienceWorld iterates sets of objects in identity-hash order, so the same actions give different
 observations (a thermometer reading, the order of things in a room) from one load to the next in the same
 JVM. With `deterministic=True` the JVM gives every object the same identity hash (`-XX:hashCode=2`, a HotSpot
 experimental option), which makes an episode a function of (task, variation, actions) alone, whatever the
-JVM ran before; steps are then 5-25% slower (measured). Restart-and-replay (`supervisor`) relies on it.
+JVM ran before, at the cost of slower steps. Restart-and-replay (`supervisor`) relies on it.
 
 Calls: each call runs on this JVM's own daemon worker thread and is awaited with a deadline. No answer in time
 raises `JVMTimeout` (a hung JVM); a dead process, a broken socket or a Java exception raise `JVMCrash`. The
