@@ -8,25 +8,9 @@
 * `decode` samples up to `max_new_tokens` tokens for every active row, each with its log-prob
   (`decode_loop.decode`).
 
-Both run on a *window* of the cache: its first W slots, W the smallest of a few power-of-two buckets that
-holds the longest live row plus `max_new_tokens` (at most the whole cache). Attention reads W slots per
-step, not the cache's capacity, so a turn's cost follows the context the batch really has; the result is
-the same as over the whole cache (slots past a row's length are masked either way). One decode program
-compiles per window bucket that occurs, one prefill program per (chunk bucket, window bucket).
-
-Prompts that share a leading run of tokens (a system prompt, an in-context example) need it encoded once:
-`prompt_prefix` computes its keys and values in one row, and `copy_prefix` writes them into the rows that
-start a new episode with it, so their prefill chunk is only the rest of the prompt.
-
-Each row's cache length is set by the caller on every prefill (`start_lengths_B`), which makes starting a
-new episode in a row (length 0) and rolling back a reply cut at a stop string (a shorter length) free: the
-cache is compacted (`coevo_jax.models.kv_cache`), so slots past the length are simply ignored. After
-`decode`, a row's cache holds every generated token except the last one (which was sampled, never fed);
-the caller appends it with the next chunk.
-
-A LoRA policy is sampled either with its adapters merged into the base weights (`merge_lora`, the default:
-`Sampler.weights` folds them in once per policy, and the programs are those of the base architecture) or
-unmerged (the programs apply each adapter's two small matmuls at every token; no merged copy of the base).
+Both run on a *window* of the cache (`window_for`), so a turn's cost follows the context the batch really has.
+Shared leading tokens (a system prompt) are encoded once (`prompt_prefix`, `copy_prefix`); each row's cache
+length is set by the caller on every prefill; a LoRA policy is sampled merged or not (`merge_lora`).
 
 The names a caller needs besides `Sampler` (the sampling and stop configs, the stop reasons, the drawing
 function) are importable from here too.
@@ -96,13 +80,17 @@ class Sampler:
     """Compiled prefill/decode programs for one architecture, batch size, cache size and mesh.
 
     The compute dtype is `model_config.dtype`, independent of how the policy trains: the same parameters
-    can be sampled in float32 (faster for decoding on the CPU, where XLA emulates bf16 elementwise math;
-    measured 2x) and trained in bf16, or sampled in bf16 on a GPU.
+    can be sampled in float32 (faster for decoding on the CPU, where XLA emulates bf16 elementwise math)
+    and trained in bf16, or sampled in bf16 on a GPU.
 
     The programs take `weights(params)`, where `params` is a policy's pure parameter dict (the whole
     policy: base and adapters under LoRA; `nnx.state(model)` as a pure dict): the same dict, or with
     `merge_lora` the base with the adapters folded in. With a mesh, cache rows are sharded over the batch
     mesh axes and FSDP-stored weights are gathered for compute, as in the train steps.
+
+    `merge_lora` (the default) folds a LoRA policy's adapters in once per policy and compiles the base
+    architecture's programs; without it the programs apply each adapter's two small matmuls at every token,
+    and no merged copy of the base exists.
     """
 
     def __init__(
@@ -140,8 +128,8 @@ class Sampler:
         self._merge = jax.jit(
             functools.partial(merged_params, cfg=model_config), out_shardings=param_shardings
         )
-        # cache windows: (cache_len,) turns windowing off. From 512 slots up: below that a decode step saves
-        # little (0.79 ms at 512, 0.66 at 256 on a 2-core CPU) and every bucket compiles its own programs.
+        # cache windows: (cache_len,) turns windowing off. From 512 slots up: a smaller window saves a decode
+        # step little, and every bucket compiles its own programs.
         buckets = (
             power_of_two_buckets(cache_len, min_length=512) if window_buckets is None else window_buckets
         )
@@ -189,7 +177,12 @@ class Sampler:
         return map_rows(cache, self._rows)
 
     def window_for(self, live_length: int) -> int:
-        """The cache window for a turn whose longest row holds `live_length` tokens before decoding."""
+        """The cache window for a turn whose longest row holds `live_length` tokens before decoding.
+
+        Its first W slots, W the smallest window bucket that holds the longest live row plus `max_new_tokens`
+        (at most the whole cache): attention reads W slots a step, not the cache's capacity, with the same
+        result (slots past a row's length are masked either way). One decode program compiles per window
+        bucket that occurs, one prefill program per (chunk bucket, window bucket)."""
         return bucket_for(
             min(live_length + self.sampling.max_new_tokens, self.cache_len), self.window_buckets
         )
@@ -203,6 +196,12 @@ class Sampler:
         window: int | None = None,
     ) -> tuple:
         """Appends per-row chunks (None: nothing) after `start_lengths` tokens; returns (logits, cache).
+
+        A chunk is a whole prompt or the tokens since the row's last turn (the reply's closing tokens and the
+        next observation), padded to a power-of-two bucket. Setting the lengths makes a new episode (length 0)
+        and rolling back a reply cut at a stop string free: the cache is compacted, so slots past a length are
+        ignored. After `decode` a row's cache holds every generated token but the last (sampled, never fed),
+        which the caller appends with the next chunk.
 
         `weights` is `self.weights(params)`. `window` (see `window_for`) defaults to the one this turn's
         longest row needs; pass the same one to `decode`."""

@@ -13,23 +13,15 @@ Alignment (the one convention every consumer must follow):
   `TokenizedTrajectory.action_mask` moved left by one. It is 0 wherever `targets` is padding.
 
 SFT batch (`collate_sft`): the above [B, L] plus `example_mask[B]` (1.0 real row, 0.0 padding row).
-DPO batch (`collate_dpo`): the above as [2B, L] with each pair's rows together, row 2p the chosen and row
-2p + 1 the rejected trajectory of pair p (one forward scores both; `x.reshape(B, 2)` gives (chosen,
-rejected) per pair), plus per pair `lambda_dpo[B]`, `lambda_sft[B]`, `pair_mask[B]` (float32). This is the
-one DPO layout: any block of consecutive pairs is a block of consecutive rows, so micro-batches, data
-shards and processes each take whole pairs by plain slicing (`coevo_jax.sharding.device_layout`,
-`place_batch`), and the train steps consume it as it is.
-
+DPO batch (`collate_dpo`): the above as [2B, L], row 2p the chosen and row 2p + 1 the rejected trajectory of
+pair p (`x.reshape(B, 2)` gives (chosen, rejected)), plus per pair `lambda_dpo[B]`, `lambda_sft[B]`,
+`pair_mask[B]` (float32): the one DPO layout, so that micro-batches, data shards and processes take whole
+pairs by plain slicing (`coevo_jax.sharding.device_layout`, `place_batch`).
 GRPO batches: `coevo_jax.data.grpo_rows`.
 
-Over-long trajectories (`fit_to_length`, default "cut_turns"): keep the prompt and cut whole turns from the
-end until the sequence fits `max_length`, so the last scored token is still an end-of-turn; a trajectory whose
-prompt plus first action does not fit is dropped (and a pair with it). `tokenize_sft_examples` /
-`tokenize_pairs` return a `FitReport` with how many were cut and dropped; they are never silent.
-
-Padding rows/pairs repeat the first real row/pair's tokens, so no row is fully masked (a fully masked
-attention row makes a softmax NaN that can leak into gradients), but carry zero `loss_mask`, zero lambdas and
-a zero `example_mask` / `pair_mask`: they contribute nothing to any loss.
+Over-long trajectories are cut or dropped by `fit_to_length`, counted in a `FitReport`, never silently.
+Padding rows/pairs repeat the first real one's tokens (no fully masked attention row, whose softmax is NaN)
+with zero `loss_mask`, lambdas and `example_mask` / `pair_mask`: they contribute nothing to any loss.
 """
 
 from __future__ import annotations

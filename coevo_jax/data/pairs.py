@@ -14,21 +14,9 @@ Conventions shared by every builder:
 
 Every builder returns a `PreferenceDataset`: a sequence of `PreferencePair`s plus its `DatasetReport`.
 
-Functions:
-* `build_failure_pairs` (eq. 6): D_fail, for the failure agent. Every (e_tgt, e_fail) in F_tgt x F_fail with
-  different rewards, the higher-reward one chosen; weights (lambda_DPO, lambda_SFT) = (1, 0), plain DPO
-  (eq. 7). `include_within_agent` adds the pairs within F_tgt and within F_fail.
-* `build_target_pairs` (eq. 8): D_tgt, for the target agent: (e_exp, e_tgt) and (e_exp, e_fail) over all
-  predictions with weights (0.5, 0.5), plus F_tgt x F_fail with weights (1.0, 0.0) (eq. 9). With perfect
-  experts (r = 1) the expert is always the chosen side and successful predictions tie (no pair).
-* `build_expert_failure_pairs`: the authors' latest D_tgt: the expert vs each failure of either agent,
-  weights (0.5, 0.5), no failure-failure pairs.
-* `build_eto_pairs`: the ETO baseline, the expert vs each of the policy's predictions, weights (1, 0).
-* `build_best_of_n_pairs`: the Best-of-N control: the expert vs the highest-reward failure among each task's
-  N sampled episodes, weights (1, 0).
-* `build_positive_agent_pairs`: the "positive agent" ablation: a second agent trained as ETO trains, on
-  expert vs that agent's own predictions.
-* `select_rft`: the RFT baseline's SFT set: the experts plus the policy's successes (duplicates dropped).
+Builders: `build_failure_pairs` (eq. 6), `build_target_pairs` (eq. 8), `build_expert_failure_pairs` (the
+authors' latest D_tgt), and the baselines and controls `build_eto_pairs`, `build_best_of_n_pairs`,
+`build_positive_agent_pairs`, `select_rft` (RFT's SFT set).
 """
 
 from __future__ import annotations
@@ -259,7 +247,10 @@ def build_target_pairs(
     max_pairs_per_task: int | None = None,
     seed: int = 0,
 ) -> PreferenceDataset:
-    """Eq. 8: D_tgt = {(e_exp, e_tgt), (e_exp, e_fail)} u (F_tgt x F_fail), weighted for eq. 9."""
+    """Eq. 8: D_tgt = {(e_exp, e_tgt), (e_exp, e_fail)} u (F_tgt x F_fail), weighted for eq. 9.
+
+    The expert pairs, over all predictions, weigh (0.5, 0.5); the F_tgt x F_fail pairs (1.0, 0.0). With perfect
+    experts (r = 1) the expert is always the chosen side and successful predictions tie (no pair)."""
     _check_threshold(hard_negative_threshold)
     counts = _Counts()
     experts = _pool("expert", expert_trajectories, counts)

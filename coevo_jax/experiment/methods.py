@@ -4,30 +4,8 @@ Every method returns its iterations as results.json entries (see `coevo_jax.repo
 iteration 0 is the SFT target policy's evaluation; each later iteration explores, builds pairs, trains
 and evaluates the new target policy.
 
-* `zero_shot`: the starting parameters evaluated untrained (iteration 0): a pretrained checkpoint's own
-  skill, the row CoEvolve's tables start from.
-* `sft`: behavioural cloning only (iteration 0; eq. 3/5).
-* `rft`: each iteration adds the policy's own successes on the train tasks to the expert set (all
-  iterations' successes so far) and fine-tunes the current policy on it with the SFT recipe.
-* `eto`: explore with the target policy, pair the expert with each prediction, DPO (eq. 7).
-* `coevo`: both agents explore; the failure agent is trained by DPO on D_fail (eq. 6-7), the target
-  agent on D_tgt (eq. 8) by eq. 9.
-* `coevo_positive`: the failure agent replaced by a "positive agent" that learns as ETO does; the target
-  agent's D_tgt uses the positive agent's episodes in its place.
-* `coevo_frozen`: the failure agent stays the SFT policy (it explores afresh every iteration, never trains).
-* `coevo_expert_pairs` (the authors' latest version): as `coevo`, but the target's pairs are the expert vs
-  each failure of either agent (DPO + SFT, eq. 9's expert weights), no failure-failure pairs.
-* `coevo_frozen_after_1` (the latest version's "w/o co-evolution"): as `coevo`, but the failure agent trains
-  in iteration 1 only and explores with that policy afterwards.
-* `best_of_4` (the latest version's sampling control): the target samples 4 episodes per train task; the
-  highest-reward failure among them is the rejected side against the expert; DPO as ETO (`run_best_of_4`).
-* `grpo` (ours; not in the paper, whose RL row is PPO): each iteration runs `grpo.steps_per_iteration`
-  GRPO steps (CoEvolve eq. 1, `experiment.grpo`) from the policy the last one ended with, the SFT target
-  policy at the start and as the KL reference.
-* `coevolve` (CoEvolve, arXiv 2604.15840) and its ablations (`coevolve.ABLATIONS`: each signal alone, no
-  verification, unguided exploration): `grpo`'s training on a task list that a CoEvolve round grows every
-  `coevolve.every_steps` GRPO steps (`experiment.coevolve_loop`); each iteration's entry lists its rounds
-  under `coevolve`.
+Each `run_<method>` says what its method does; `METHOD_RUNNERS` maps the method names of
+`config.methods` to them.
 """
 
 from __future__ import annotations
@@ -72,18 +50,23 @@ def _single_explorer_repeat(stages: Stages) -> int:
 
 
 def run_zero_shot(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    """The starting parameters evaluated untrained (iteration 0): a pretrained checkpoint's own skill, the row
+    CoEvolve's tables start from."""
     entry = _iteration(0, stages.evaluate(BASE))
     on_iteration(entry)
     return [entry]
 
 
 def run_sft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    """Behavioural cloning only (iteration 0; eq. 3/5)."""
     entry = _iteration(0, stages.evaluate(SFT_TARGET))
     on_iteration(entry)
     return [entry]
 
 
 def run_rft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    """Each iteration adds the policy's own successes on the train tasks to the expert set (all iterations'
+    successes so far) and fine-tunes the current policy on it with the SFT recipe."""
     current, successes = SFT_TARGET, []
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
@@ -101,6 +84,7 @@ def run_rft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
 
 
 def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    """Explore with the target policy, pair the expert with each prediction, DPO (eq. 7)."""
     current = SFT_TARGET
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
@@ -129,9 +113,10 @@ def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
 
 
 def run_best_of_4(stages: Stages, iterations: int, on_iteration) -> list[dict]:
-    """Best-of-4: each iteration the target plays every train task 4 times (`BEST_OF_N` episodes:
-    `rollout.samples_per_task` x the repeat), and each task's highest-reward failure among them is the
-    rejected side against the task's expert; DPO (eq. 7) with ETO's weights, epochs, lr and beta.
+    """Best-of-4 (the latest version's sampling control): each iteration the target plays every train task
+    4 times (`BEST_OF_N` episodes: `rollout.samples_per_task` x the repeat), and each task's highest-reward
+    failure among them is the rejected side against the task's expert; DPO (eq. 7) with ETO's weights,
+    epochs, lr and beta.
 
     Our reading of the authors' control: their page says only that 4 trajectories are sampled per instruction
     and selected by the highest environment reward. A selected success would tie with a perfect expert and
@@ -196,8 +181,13 @@ def _failure_phase(stages: Stages, variant: str, k: int, failure: str, target_ep
 
 
 def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "coevo") -> list[dict]:
-    """`variant`: 'coevo' (the paper's eq. 8), 'coevo_expert_pairs' (the authors' latest pairing), or an
-    ablation: 'coevo_positive', 'coevo_frozen' (never trained), 'coevo_frozen_after_1'.
+    """Both agents explore; the failure agent trains by DPO on D_fail (eq. 6-7), the target on D_tgt by eq. 9.
+
+    `variant`: 'coevo' (D_tgt of the paper's eq. 8); 'coevo_expert_pairs' (the authors' latest version: the
+    expert vs each failure of either agent, eq. 9's expert weights, no failure-failure pairs); or an ablation:
+    'coevo_positive' (a "positive agent" that learns as ETO does takes the failure agent's place),
+    'coevo_frozen' (the failure agent stays the SFT policy, explores afresh every iteration, never trains),
+    'coevo_frozen_after_1' (the latest version's "w/o co-evolution": it trains in iteration 1 only).
 
     `failure` is the policy in the failure agent's seat: the failure agent, the positive agent of
     'coevo_positive', or the SFT failure policy that 'coevo_frozen' never trains. Each iteration's entry
@@ -238,6 +228,9 @@ def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "
 
 
 def run_grpo(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    """Ours (the paper's RL row is PPO): each iteration runs `grpo.steps_per_iteration` GRPO steps (CoEvolve
+    eq. 1, `experiment.grpo`) from the policy the last one ended with; the SFT target policy starts them and
+    is the KL reference."""
     current = SFT_TARGET
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
@@ -249,7 +242,10 @@ def run_grpo(stages: Stages, iterations: int, on_iteration) -> list[dict]:
 
 
 def run_coevolve(stages: Stages, iterations: int, on_iteration, *, method: str = "coevolve") -> list[dict]:
-    """`method`: 'coevolve' or one of its ablations; its pool is in `<workdir>/<method>/`."""
+    """CoEvolve (arXiv 2604.15840): `grpo`'s training on a task list that a CoEvolve round grows every
+    `coevolve.every_steps` GRPO steps (`experiment.coevolve_loop`); each iteration's entry lists its rounds
+    under `coevolve`. `method`: 'coevolve' or one of its ablations (`coevolve.ABLATIONS`: each signal alone,
+    no verification, unguided exploration); its pool is in `<workdir>/<method>/`."""
     cfg = stages.setup.cfg
     env = stages.env_factory()
     try:  # every task of the evaluation splits, not only the evaluated ones: none may join the pool

@@ -4,36 +4,11 @@
 (`data.CATEGORIES`, 200 tasks each) and task ids are BFCL's own (`multi_turn_base_0`, ...). The splits,
 `train` (150) and `test` (50), are ours (`data`): BFCL has none; `all` (200) is CoEvolve's protocol.
 
-An episode is one task, turn by turn:
-- the task text lists the functions of the task's classes (`docs="compact"` signatures, or BFCL's `"full"`
-  JSON docs: `docs`) and the first user message; each later user message is the observation that follows
-  the turn before;
-- an action is a Python list of calls of those functions, e.g. `[cd(folder='document'),
-  mkdir(dir_name='temp')]` (`calls`); they run in order on the task's BFCL backends and their outputs, one
-  `call -> output` line each, are the observation. An action that is not such a list, or calls anything
-  else, runs nothing and its error is the observation; BFCL's harness ends the turn on text it cannot
-  decode instead. `[]` (or an empty action) ends the turn;
-- as in BFCL's harness (`MAXIMUM_STEP_LIMIT`), a turn holds at most 20 steps before its `[]`; a 21st step
-  that is not `[]` force-quits the episode, which then fails;
-- miss_func: the held-back functions are left out of the docs until the turn that adds them, whose
-  observation gives their docs and BFCL's message ("I have updated some more functions you can choose from.
-  What about now?"); the turn that asks for them before has no call as its answer. As BFCL's executor does,
-  a call of a held-back function runs even before it is offered (multi_turn_miss_func_49's ground truth
-  calls `tail` two turns early); the irrelevance check fails it where the answer is no call.
-  miss_param: some turns lack a value the calls need, and the right answer there is no call;
-- the episode ends after the last turn's `[]`; the reward is BFCL's checker over the whole task, 1.0 or 0.0
-  (`backend.check`), earlier steps report 0.0. The last step's `info` carries the per-turn results
-  (`turn_accuracy`, `turns_passed`) and the checker's error; `episode_metrics()` gives the turn accuracy of
-  any episode, one cut short by the rollout loop included (unplayed turns fail).
-
-Observations longer than `max_observation_chars` are cut (long_context's outputs run to thousands of
-characters). `max_steps` is 21 steps a turn. Expert trajectories replay BFCL's ground truth (`experts`).
-
-`add_tasks` takes other tasks on BFCL's backends (CoEvolve's synthesized ones), in no split: a `TaskSpec`
-whose state gives the classes, their initial configuration, one user message a turn and the ground truth
-(`data.task_from_state`); every function of the classes is offered from the start, and the reward is BFCL's
-checker against that ground truth. Their ids are `<category>_<name>`, as BFCL's checker reads the category
-(which loads long_context's extra content) from the id.
+An episode is one task, turn by turn: the task text lists the functions of the task's classes (`docs`) and
+the first user message; an action is a Python list of calls of those functions (`calls`), run in order on the
+task's BFCL backends, and `[]` ends the turn (`step`). The episode ends after the last turn's `[]`, rewarded
+by BFCL's checker over the whole task, 1.0 or 0.0 (`backend.check`). Expert trajectories replay BFCL's ground
+truth (`experts`); `add_tasks` takes CoEvolve's synthesized tasks.
 """
 
 from __future__ import annotations
@@ -130,7 +105,11 @@ class BfclEnv(Environment):
         return [task_id for task_id in self._tasks if split_of(task_id) == split]
 
     def add_tasks(self, specs: Iterable[TaskSpec]) -> None:
-        """Added tasks (see the module docstring); an id must read `<this category>_<name>`."""
+        """Tasks on BFCL's backends in no split (CoEvolve's synthesized ones): a `TaskSpec` whose state gives
+        the classes, their initial configuration, one user message a turn and the ground truth
+        (`data.task_from_state`). Every function of the classes is offered from the start and the reward is
+        BFCL's checker against that ground truth. An id must read `<this category>_<name>`: BFCL's checker
+        reads the category (which loads long_context's extra content) from it."""
         for spec in specs:
             if not is_new_spec(self.name, self._added, spec, spec.task_id in self._tasks):
                 continue
@@ -155,6 +134,7 @@ class BfclEnv(Environment):
         return self._tasks[task_id]
 
     def max_steps(self, task_id: str) -> int:
+        """BFCL's step limit and the turn's `[]`, a turn."""
         return (self.step_limit + 1) * self.task(task_id).num_turns
 
     # -- episodes -------------------------------------------------------------------------------------------
@@ -173,6 +153,12 @@ class BfclEnv(Environment):
         return f"Functions you can call:\n{render_docs(task.functions, self.docs)}\n\n{self._user_turn(0)}"
 
     def _user_turn(self, turn: int) -> str:
+        """The turn's user message. miss_func: the held-back functions are left out of the docs until the turn
+        that adds them, whose message gives their docs and BFCL's; the turn that asks for them before has no
+        call as its answer. As BFCL's executor does, a held-back function runs even before it is offered
+        (multi_turn_miss_func_49's ground truth calls `tail` two turns early); the irrelevance check fails it
+        where the answer is no call. miss_param: some turns lack a value the calls need, and the right answer
+        there is no call."""
         task = self._task
         added = task.added_functions.get(turn)
         if added is None:
@@ -182,6 +168,13 @@ class BfclEnv(Environment):
         return f"New functions you can call:\n{render_docs(added, self.docs)}\n\nUser: {message}"
 
     def step(self, action: str) -> StepResult:
+        """The action's calls in order, one `call -> output` line each; an action that is not such a list, or
+        calls anything else, runs nothing and its error is the observation (BFCL's harness would end the turn
+        on text it cannot decode). `[]` (or an empty action) ends the turn: the next user message, or the
+        reward and in `info` the per-turn results (`turn_accuracy`, `turns_passed`) and the checker's error;
+        earlier steps report 0.0. As in BFCL's harness (`MAXIMUM_STEP_LIMIT`) a turn holds at most 20 steps
+        before its `[]`; a 21st that is not `[]` force-quits the episode, which fails. Observations past
+        `max_observation_chars` are cut (long_context's outputs run to thousands of characters)."""
         if self._task is None or self._done:
             raise RuntimeError("bfcl: step() called without an episode in progress (call reset)")
         decoded = decode_action(action, self._callable)
