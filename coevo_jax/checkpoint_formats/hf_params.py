@@ -80,82 +80,114 @@ def tensor_mappings(cfg: ModelConfig) -> list[TensorMapping]:
     return out
 
 
+def _vector(n: int) -> dict[str, Any]:
+    return dict(hf_shape=(n,), to_nnx=_identity, to_hf=_identity)
+
+
+def _dense(n_in: int, n_out: int) -> dict[str, Any]:  # HF [out, in] <-> [in, out]
+    return dict(hf_shape=(n_out, n_in), to_nnx=_transpose, to_hf=_transpose)
+
+
+def _heads_in(d: int, heads: int, e: int) -> dict[str, Any]:  # HF [heads*E, D] <-> [D, heads, E]
+    return dict(
+        hf_shape=(heads * e, d),
+        to_nnx=lambda w: w.T.reshape(d, heads, e),
+        to_hf=lambda w: w.reshape(d, heads * e).T,
+    )
+
+
+def _heads_out(heads: int, e: int, d: int) -> dict[str, Any]:  # HF [D, heads*E] <-> [heads, E, D]
+    return dict(
+        hf_shape=(d, heads * e),
+        to_nnx=lambda w: w.T.reshape(heads, e, d),
+        to_hf=lambda w: w.reshape(heads * e, d).T,
+    )
+
+
 def _layer_entries(cfg: ModelConfig) -> list[tuple[str, tuple, dict[str, Any]]]:
     """(HF name inside `model.layers.<i>.`, path in the block, shape and conversions) of one block of `cfg`
     (a `kind_config` view when the model has several kinds of layer)."""
     d, f = cfg.hidden_size, cfg.intermediate_size
-    h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    own_k, own_v = not cfg.shares_kv, not cfg.shares_kv and not cfg.attention_k_eq_v
-
-    def in_proj(heads: int):  # HF [heads*E, D] <-> [D, heads, E]
-        return dict(
-            hf_shape=(heads * e, d),
-            to_nnx=lambda w: w.T.reshape(d, heads, e),
-            to_hf=lambda w: w.reshape(d, heads * e).T,
-        )
-
-    def in_bias(heads: int):  # HF [heads*E] <-> [heads, E]
-        return dict(
-            hf_shape=(heads * e,),
-            to_nnx=lambda b: b.reshape(heads, e),
-            to_hf=lambda b: b.reshape(heads * e),
-        )
-
-    def dense(n_in: int, n_out: int):  # HF [out, in] <-> [in, out]
-        return dict(hf_shape=(n_out, n_in), to_nnx=_transpose, to_hf=_transpose)
-
-    def vector(n: int):
-        return dict(hf_shape=(n,), to_nnx=_identity, to_hf=_identity)
-
-    entries: list[tuple[str, tuple, dict[str, Any]]] = [
-        ("input_layernorm.weight", ("input_norm", "scale"), vector(d)),
-        ("self_attn.q_proj.weight", ("attn", "q_kernel"), in_proj(h)),
-    ]
-    if own_k:
-        entries.append(("self_attn.k_proj.weight", ("attn", "k_kernel"), in_proj(k)))
-    if own_v:
-        entries.append(("self_attn.v_proj.weight", ("attn", "v_kernel"), in_proj(k)))
+    linear = cfg.block_kind == "linear_attention"
     # Gemma's sandwich: `post_attention_layernorm` norms the attention output, `pre_feedforward_layernorm`
     # the MLP input (our `post_attn_norm`, Llama's `post_attention_layernorm`).
     pre_mlp = "pre_feedforward_layernorm.weight" if cfg.sandwich_norm else "post_attention_layernorm.weight"
-    entries += [
-        (
-            "self_attn.o_proj.weight",
-            ("attn", "o_kernel"),
-            dict(
-                hf_shape=(d, h * e),
-                to_nnx=lambda w: w.T.reshape(h, e, d),
-                to_hf=lambda w: w.reshape(h * e, d).T,
-            ),
-        ),
-        (pre_mlp, ("post_attn_norm", "scale"), vector(d)),
-        ("mlp.gate_proj.weight", ("mlp", "gate_kernel"), dense(d, f)),
-        ("mlp.up_proj.weight", ("mlp", "up_kernel"), dense(d, f)),
-        ("mlp.down_proj.weight", ("mlp", "down_kernel"), dense(f, d)),
+    entries: list[tuple[str, tuple, dict[str, Any]]] = [
+        ("input_layernorm.weight", ("input_norm", "scale"), _vector(d)),
+        *(_linear_entries(cfg) if linear else _attention_entries(cfg)),
+        (pre_mlp, ("post_attn_norm", "scale"), _vector(d)),
+        ("mlp.gate_proj.weight", ("mlp", "gate_kernel"), _dense(d, f)),
+        ("mlp.up_proj.weight", ("mlp", "up_kernel"), _dense(d, f)),
+        ("mlp.down_proj.weight", ("mlp", "down_kernel"), _dense(f, d)),
     ]
     if cfg.sandwich_norm:
         entries += [
-            ("post_attention_layernorm.weight", ("attn_out_norm", "scale"), vector(d)),
-            ("post_feedforward_layernorm.weight", ("mlp_out_norm", "scale"), vector(d)),
+            ("post_attention_layernorm.weight", ("attn_out_norm", "scale"), _vector(d)),
+            ("post_feedforward_layernorm.weight", ("mlp_out_norm", "scale"), _vector(d)),
         ]
     if cfg.layer_scalar:
-        entries.append(("layer_scalar", ("scalar",), vector(1)))
-    if cfg.attention_bias:
-        entries.append(("self_attn.q_proj.bias", ("attn", "q_bias"), in_bias(h)))
-        entries += [("self_attn.k_proj.bias", ("attn", "k_bias"), in_bias(k))] if own_k else []
-        entries += [("self_attn.v_proj.bias", ("attn", "v_bias"), in_bias(k))] if own_v else []
-    if cfg.attention_out_bias:
-        entries.append(("self_attn.o_proj.bias", ("attn", "o_bias"), vector(d)))
-    if cfg.qk_norm:
-        entries.append(("self_attn.q_norm.weight", ("attn", "q_norm", "scale"), vector(e)))
-        entries += [("self_attn.k_norm.weight", ("attn", "k_norm", "scale"), vector(e))] if own_k else []
+        entries.append(("layer_scalar", ("scalar",), _vector(1)))
     if cfg.mlp_bias:
         entries += [
-            ("mlp.gate_proj.bias", ("mlp", "gate_bias"), vector(f)),
-            ("mlp.up_proj.bias", ("mlp", "up_bias"), vector(f)),
-            ("mlp.down_proj.bias", ("mlp", "down_bias"), vector(d)),
+            ("mlp.gate_proj.bias", ("mlp", "gate_bias"), _vector(f)),
+            ("mlp.up_proj.bias", ("mlp", "up_bias"), _vector(f)),
+            ("mlp.down_proj.bias", ("mlp", "down_bias"), _vector(d)),
         ]
     return entries
+
+
+def _attention_entries(cfg: ModelConfig) -> list[tuple[str, tuple, dict[str, Any]]]:
+    """The entries of an attention layer's token mixer (`blocks.Attention`)."""
+    d, h, k, e = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    own_k, own_v = not cfg.shares_kv, not cfg.shares_kv and not cfg.attention_k_eq_v
+    q_width = 2 * e if cfg.attention_output_gate else e  # Qwen3.5: each head's query, then its output gate
+    entries = [("self_attn.q_proj.weight", ("attn", "q_kernel"), _heads_in(d, h, q_width))]
+    entries += [("self_attn.k_proj.weight", ("attn", "k_kernel"), _heads_in(d, k, e))] if own_k else []
+    entries += [("self_attn.v_proj.weight", ("attn", "v_kernel"), _heads_in(d, k, e))] if own_v else []
+    entries.append(("self_attn.o_proj.weight", ("attn", "o_kernel"), _heads_out(h, e, d)))
+
+    def bias(heads: int, width: int):  # HF [heads*E] <-> [heads, E]
+        return dict(
+            hf_shape=(heads * width,),
+            to_nnx=lambda b: b.reshape(heads, width),
+            to_hf=lambda b: b.reshape(heads * width),
+        )
+
+    if cfg.attention_bias:
+        entries.append(("self_attn.q_proj.bias", ("attn", "q_bias"), bias(h, q_width)))
+        entries += [("self_attn.k_proj.bias", ("attn", "k_bias"), bias(k, e))] if own_k else []
+        entries += [("self_attn.v_proj.bias", ("attn", "v_bias"), bias(k, e))] if own_v else []
+    if cfg.attention_out_bias:
+        entries.append(("self_attn.o_proj.bias", ("attn", "o_bias"), _vector(d)))
+    if cfg.qk_norm:
+        entries.append(("self_attn.q_norm.weight", ("attn", "q_norm", "scale"), _vector(e)))
+        entries += [("self_attn.k_norm.weight", ("attn", "k_norm", "scale"), _vector(e))] if own_k else []
+    return entries
+
+
+def _linear_entries(cfg: ModelConfig) -> list[tuple[str, tuple, dict[str, Any]]]:
+    """The entries of a linear-attention layer's token mixer (`linear_attention.LinearAttention`)."""
+    d, heads, ev, width = (
+        cfg.hidden_size,
+        cfg.linear_value_heads,
+        cfg.linear_value_head_dim,
+        cfg.linear_conv_width,
+    )
+    c = 2 * cfg.linear_key_heads * cfg.linear_key_head_dim + heads * ev
+    conv = dict(  # torch's depthwise Conv1d weight [C, 1, W] <-> [W, C]
+        hf_shape=(c, 1, width), to_nnx=lambda w: w[:, 0, :].T, to_hf=lambda w: w.T[:, None, :]
+    )
+    return [
+        ("linear_attn.in_proj_qkv.weight", ("attn", "qkv_kernel"), _dense(d, c)),
+        ("linear_attn.in_proj_z.weight", ("attn", "z_kernel"), _heads_in(d, heads, ev)),
+        ("linear_attn.in_proj_b.weight", ("attn", "beta_kernel"), _dense(d, heads)),
+        ("linear_attn.in_proj_a.weight", ("attn", "decay_kernel"), _dense(d, heads)),
+        ("linear_attn.conv1d.weight", ("attn", "conv_kernel"), conv),
+        ("linear_attn.dt_bias", ("attn", "dt_bias"), _vector(heads)),
+        ("linear_attn.A_log", ("attn", "a_log"), _vector(heads)),
+        ("linear_attn.norm.weight", ("attn", "norm", "scale"), _vector(ev)),
+        ("linear_attn.out_proj.weight", ("attn", "out_kernel"), _heads_out(heads, ev, d)),
+    ]
 
 
 def default_place(name: str, value: np.ndarray, logical_axes: tuple[str, ...]) -> jax.Array:

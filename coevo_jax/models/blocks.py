@@ -31,15 +31,8 @@ from coevo_jax.models.dense import dense
 from coevo_jax.models.fused_attention import fused_causal_attention, uses_fused
 from coevo_jax.models.kernels import kernel_set
 from coevo_jax.models.kv_cache import write_keys, write_values
-from coevo_jax.models.layers import (
-    RMSNorm,
-    apply_rope,
-    constrain,
-    normal,
-    param,
-    rope_inverse_frequencies,
-    unit_rms_norm,
-)
+from coevo_jax.models.layers import RMSNorm, constrain, normal, param, rotate, unit_rms_norm
+from coevo_jax.models.linear_attention import LinearAttention
 from coevo_jax.models.window_attention import sliding_causal_attention, window_allowed
 
 # `jax.nn.dot_product_attention`'s implementation behind `ModelConfig.attention` = 'cudnn' (the tests run
@@ -58,7 +51,8 @@ class Attention(nnx.Module):
         d, h, k, e, pd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.param_dtype
         own_k = not cfg.shares_kv  # a KV-sharing layer attends another layer's keys and values
         own_v = own_k and not cfg.attention_k_eq_v  # keys-as-values: the key projection serves both
-        self.q_kernel = param(normal(rngs, (d, h, e), pd), ("embed", "q_heads", "head_dim"))
+        q_width = 2 * e if cfg.attention_output_gate else e  # each head's query, then its output gate
+        self.q_kernel = param(normal(rngs, (d, h, q_width), pd), ("embed", "q_heads", "head_dim"))
         self.k_kernel = (
             param(normal(rngs, (d, k, e), pd), ("embed", "kv_heads", "head_dim")) if own_k else None
         )
@@ -67,11 +61,13 @@ class Attention(nnx.Module):
         )
         self.o_kernel = param(normal(rngs, (h, e, d), pd), ("q_heads", "head_dim", "embed"))
         qkv_bias = cfg.attention_bias
-        self.q_bias = param(jnp.zeros((h, e), pd), ("q_heads", "head_dim")) if qkv_bias else None
+        self.q_bias = param(jnp.zeros((h, q_width), pd), ("q_heads", "head_dim")) if qkv_bias else None
         self.k_bias = param(jnp.zeros((k, e), pd), ("kv_heads", "head_dim")) if qkv_bias and own_k else None
         self.v_bias = param(jnp.zeros((k, e), pd), ("kv_heads", "head_dim")) if qkv_bias and own_v else None
         self.o_bias = param(jnp.zeros((d,), pd), ("embed",)) if cfg.attention_out_bias else None
-        norm = lambda: RMSNorm(e, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd)
+        norm = lambda: RMSNorm(
+            e, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd, zero_centered=cfg.zero_centered_norm
+        )
         self.q_norm = norm() if cfg.qk_norm else None
         self.k_norm = norm() if cfg.qk_norm and own_k else None
         self.q_lora = self.k_lora = self.v_lora = self.o_lora = None  # set by `lora.add_adapters`
@@ -89,11 +85,20 @@ class Attention(nnx.Module):
             y_BxTxNxE = y_BxTxNxE + bias[...].astype(self.dtype)
         if norm is not None:
             y_BxTxNxE = norm(y_BxTxNxE)
-        return (
-            y_BxTxNxE
-            if positions_BxT is None
-            else apply_rope(y_BxTxNxE, positions_BxT, rope_inverse_frequencies(self.config))
-        )
+        return y_BxTxNxE if positions_BxT is None else rotate(y_BxTxNxE, positions_BxT, self.config)
+
+    def _queries(self, x_BxTxD, positions_BxT, dropout_key):
+        """(queries [B, T, H, E] normed and turned, the output gate's logits [B, T, H, E] or None)."""
+        if not self.config.attention_output_gate:
+            q = self._project(
+                x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT, self.q_lora, dropout_key
+            )
+            return q, None
+        both = self._project(x_BxTxD, self.q_kernel, self.q_bias, None, None, self.q_lora, dropout_key)
+        q_BxTxHxE, gate_BxTxHxE = jnp.split(both, 2, axis=-1)
+        if self.q_norm is not None:
+            q_BxTxHxE = self.q_norm(q_BxTxHxE)
+        return rotate(q_BxTxHxE, positions_BxT, self.config), gate_BxTxHxE
 
     def _keys_values(self, x_BxTxD, positions_BxT, dropout_key):
         """This layer's keys and values [B, K, T, E] (RoPE on the keys; values normed with `value_norm`)."""
@@ -126,9 +131,7 @@ class Attention(nnx.Module):
         A KV-sharing layer takes `shared_kv`, the chunk's (keys, values) of the layer it shares, and with a
         cache that layer's slots as `layer_cache`, which it reads and does not write.
         """
-        q_BxTxHxE = self._project(
-            x_BxTxD, self.q_kernel, self.q_bias, self.q_norm, positions_BxT, self.q_lora, dropout_key
-        )
+        q_BxTxHxE, gate_BxTxHxE = self._queries(x_BxTxD, positions_BxT, dropout_key)
         cfg = self.config
         if cfg.query_scale is not None:  # the attention kernels scale by E ** -0.5: undo it, apply ours
             q_BxTxHxE = q_BxTxHxE * jnp.asarray(cfg.query_scale * q_BxTxHxE.shape[-1] ** 0.5, self.dtype)
@@ -140,7 +143,7 @@ class Attention(nnx.Module):
             k_BxKxTxE, v_BxKxTxE = shared_kv
             new_cache = None if layer_cache is None else layer_cache[:2]
             out_BxTxHxE = self._attend(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, layer_cache, new_cache, fresh)
-            return self._output(out_BxTxHxE, dropout_key), None, shared_kv
+            return self._output(out_BxTxHxE, gate_BxTxHxE, dropout_key), None, shared_kv
         k_BxKxTxE, v_BxKxTxE = self._keys_values(x_BxTxD, positions_BxT, dropout_key)
         new_cache = None
         if layer_cache is not None:
@@ -153,7 +156,7 @@ class Attention(nnx.Module):
                 k_BxKxTxE = k_BxKxTxE.astype(cache_dtype).astype(self.dtype)
                 v_BxKxTxE = v_BxKxTxE.astype(cache_dtype).astype(self.dtype)
         out_BxTxHxE = self._attend(q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, layer_cache, new_cache, fresh)
-        return self._output(out_BxTxHxE, dropout_key), new_cache, (k_BxKxTxE, v_BxKxTxE)
+        return self._output(out_BxTxHxE, gate_BxTxHxE, dropout_key), new_cache, (k_BxKxTxE, v_BxKxTxE)
 
     def _attend(self, q_BxTxHxE, k_BxKxTxE, v_BxKxTxE, mask, layer_cache, new_cache, fresh):
         """Attention output [B, T, H, E] on the path the call takes (see `__call__`)."""
@@ -181,8 +184,10 @@ class Attention(nnx.Module):
             out_BxTxHxE = self.kernels.attend_cache(q_BxTxHxE, *new_cache, layer_cache[2], mask, row_chunks)
         return out_BxTxHxE
 
-    def _output(self, out_BxTxHxE, dropout_key):
-        """The output projection [B, T, D] of the attention output."""
+    def _output(self, out_BxTxHxE, gate_BxTxHxE, dropout_key):
+        """The output projection [B, T, D] of the attention output (times sigmoid of the gate, if any)."""
+        if gate_BxTxHxE is not None:
+            out_BxTxHxE = out_BxTxHxE * jax.nn.sigmoid(gate_BxTxHxE)
         h, e, d = self.o_kernel.shape
         out_BxTxHE = out_BxTxHxE.reshape(*out_BxTxHxE.shape[:-2], h * e)
         out_BxTxD = dense(out_BxTxHE, self.o_kernel[...].reshape(h * e, d), self.kernels)
@@ -233,10 +238,15 @@ class Block(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         norm = lambda: RMSNorm(
-            cfg.hidden_size, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype
+            cfg.hidden_size,
+            cfg.rms_norm_eps,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            zero_centered=cfg.zero_centered_norm,
         )
         self.input_norm = norm()
-        self.attn = Attention(cfg, rngs=rngs)
+        linear = cfg.block_kind == "linear_attention"
+        self.attn = LinearAttention(cfg, rngs=rngs) if linear else Attention(cfg, rngs=rngs)
         self.post_attn_norm = norm()
         self.mlp = MLP(cfg, rngs=rngs)
         self.attn_out_norm = norm() if cfg.sandwich_norm else None

@@ -1,12 +1,12 @@
 """Decoder hyper-parameters (`ModelConfig`) and their translation from/to Hugging Face `config.json`.
 
 One frozen, hashable dataclass describes every supported family (Llama-2, Llama-3, Qwen2/2.5, Qwen3,
-SmolLM2, Gemma 4); the family differences reduce to a few flags (q/k/v bias, per-head q/k RMSNorm, tied
-embeddings, Llama-3 RoPE scaling, and Gemma's: `layer_types` and the rest). Each family's `config.json` is
-read and written by a module of its own (`llama_config`, `gemma4_config`), which knows no `ModelConfig`:
-it maps dicts to fields and a config's fields back. The LoRA fields say whether the policy trains low-rank
-adapters on a frozen base (`coevo_jax.models.lora`). Being hashable, a config can live as static data
-inside an NNX module and be a static argument of `jax.jit`.
+SmolLM2, Gemma 4, Qwen3.5); the family differences reduce to a few flags (q/k/v bias, per-head q/k RMSNorm,
+tied embeddings, Llama-3 RoPE scaling, Gemma's and Qwen3.5's: `layer_types` and the rest). Each family's
+`config.json` is read and written by a module of its own (`llama_config`, `gemma4_config`,
+`qwen3_5_config`), which knows no `ModelConfig`: it maps dicts to fields and a config's fields back. The
+LoRA fields say whether the policy trains low-rank adapters on a frozen base (`coevo_jax.models.lora`).
+Being hashable, a config can live as static data inside an NNX module and be a static argument of `jax.jit`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from coevo_jax.models import gemma4_config, llama_config
+from coevo_jax.models import gemma4_config, llama_config, qwen3_5_config
 from coevo_jax.models.llama_config import Llama3RopeScaling
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "gemma4_text")
-# `ModelConfig.layer_types`: what each layer's attention attends (Gemma 4 interleaves the two).
-LAYER_TYPES = ("full_attention", "sliding_attention")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "gemma4_text", "qwen3_5_text")
+# `ModelConfig.layer_types`: how each layer mixes tokens (Gemma 4 interleaves full and sliding attention,
+# Qwen3.5 full attention and the gated delta rule, `models.linear_attention`).
+LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 # A layer whose keys and values are another layer's (Gemma 4's KV sharing): its kind is its type plus this.
 SHARED_KV = "_shared_kv"
 ACTIVATIONS = ("silu", "gelu_tanh")
@@ -41,6 +42,10 @@ _FAMILIES = {
     "qwen3": llama_config,
     "gemma4": gemma4_config,
     "gemma4_text": gemma4_config,
+    "qwen3_5": qwen3_5_config,
+    "qwen3_5_text": qwen3_5_config,
+    "qwen3_5_moe": qwen3_5_config,
+    "qwen3_5_moe_text": qwen3_5_config,
 }
 
 
@@ -123,6 +128,15 @@ class ModelConfig:
     layer_scalar: bool = False  # each block's output multiplied by a learned scalar
     embed_scale: bool = False  # input embeddings multiplied by sqrt(hidden_size)
     final_logit_softcap: float | None = None  # logits = cap * tanh(logits / cap)
+    # Qwen3.5's options (all off elsewhere); the 'linear_*' fields describe its `linear_attention` layers.
+    zero_centered_norm: bool = False  # every RMSNorm scales by 1 + its stored weight
+    rotary_dim: int = 0  # RoPE turns a head's first rotary_dim features as a head of that size (0: all)
+    attention_output_gate: bool = False  # attention output times sigmoid of a second query projection
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_width: int = 0  # the causal depthwise convolution over their queries, keys and values
     block_kind: str = ""  # set in `kind_config`'s view of one kind of layer; empty in a model's config
 
     def __post_init__(self):
@@ -175,6 +189,16 @@ class ModelConfig:
         unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
         if unknown:
             raise ValueError(f"layer_types {unknown} not among {LAYER_TYPES}")
+        if "linear_attention" in self.layer_types:
+            sizes = ("key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_width")
+            if any(getattr(self, f"linear_{n}") < 1 for n in sizes):
+                raise ValueError(f"linear_attention layers need linear_{{{', '.join(sizes)}}} >= 1")
+            if self.linear_value_heads % self.linear_key_heads:
+                raise ValueError("linear_value_heads must be a multiple of linear_key_heads")
+        if self.rotary_dim % 2 or not 0 <= self.rotary_dim <= self.head_dim:
+            raise ValueError(
+                f"rotary_dim={self.rotary_dim} must be even and at most head_dim={self.head_dim}"
+            )
         if "sliding_attention" in self.layer_types and self.sliding_window < 1:
             raise ValueError(f"sliding layers need sliding_window >= 1, got {self.sliding_window}")
         if not 0 <= self.num_kv_shared_layers < max(self.num_layers, 1):

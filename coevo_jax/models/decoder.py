@@ -1,4 +1,5 @@
-"""Flax NNX decoder-only transformer for the Llama-2/3, Qwen2/2.5, Qwen3, SmolLM2 and Gemma 4 families.
+"""Flax NNX decoder-only transformer for the Llama-2/3, Qwen2/2.5, Qwen3, SmolLM2, Gemma 4 and Qwen3.5
+families.
 
 Pre-norm blocks (`blocks.Block`: grouped-query attention with RoPE, optional q/k/v bias and per-head q/k
 RMSNorm, and a SwiGLU MLP). Positions come from the attention mask (`cumsum(mask) - 1`), so left- and
@@ -14,8 +15,9 @@ The blocks are one `Block` module whose parameters are the layers' stacked on a 
 `lax.scan`, a layer per step, so a program holds one block's code whatever the depth, FSDP gathers one
 layer's weights at a time (inside the step), and `remat` recomputes one layer at a time. With
 `unroll_layers` the full-sequence passes unroll that scan (a program then holds every layer's code). A model
-with several kinds of layer (`ModelConfig.layer_types`: Gemma 4's sliding and full attention) has one such
-stack per kind, `Decoder.layers[kind]`, walked in runs (`mixed_layers`), and a cache of per-layer buffers.
+with several kinds of layer (`ModelConfig.layer_types`: Gemma 4's sliding and full attention, Qwen3.5's
+gated delta rule and full attention) has one such stack per kind, `Decoder.layers[kind]`, walked in runs
+(`mixed_layers`), and a cache of per-layer buffers (with the linear-attention layers' states).
 
 The config is resolved when the decoder is built (`kernels.resolve`: the platform, the kernel set, the
 attention), and `Decoder.config` is the resolved one. With `ModelConfig.lora_rank` > 0 the target
@@ -61,7 +63,9 @@ class Decoder(nnx.Module):
         self.embed = param(normal(rngs, (v, d), pd), ("vocab", "embed"))
         blocks = [] if cfg.layer_types else [Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)]
         stacks = mixed_layers.build_stacks(cfg, rngs) if cfg.layer_types else None
-        self.final_norm = RMSNorm(d, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd)
+        self.final_norm = RMSNorm(
+            d, cfg.rms_norm_eps, dtype=cfg.dtype, param_dtype=pd, zero_centered=cfg.zero_centered_norm
+        )
         self.lm_head = (
             None if cfg.tie_word_embeddings else param(normal(rngs, (d, v), pd), ("embed", "vocab"))
         )
@@ -96,10 +100,20 @@ class Decoder(nnx.Module):
             logits_BxTxV = cap * jnp.tanh(logits_BxTxV / cap)
         return constrain(logits_BxTxV, ("batch", "length", "vocab"))
 
-    def _layers(self, x_BxTxD, positions_BxT, mask, cache: KVCache | None, slots_BxT, dropout_key=None):
+    def _layers(
+        self,
+        x_BxTxD,
+        positions_BxT,
+        mask,
+        cache: KVCache | None,
+        slots_BxT,
+        dropout_key=None,
+        chunk_mask=None,
+    ):
         """The blocks, one layer of the stacked weights per step of a `lax.scan`, then the final norm.
 
-        Returns (hidden states [B, T, D], the cache's (keys, values) with the chunk written, or None).
+        Returns (hidden states [B, T, D], the cache's (keys, values) with the chunk written, or None; with
+        several kinds of layer also its `states`). `chunk_mask` is a cached chunk's token mask [B, T].
         Each step gathers its own layer's weights (`layer_shardings`), so FSDP holds one layer gathered at a
         time; with `remat` a step keeps only its input for the backward pass and recomputes the rest; with
         `unroll_layers` the scan is unrolled (its results are the same).
@@ -109,7 +123,9 @@ class Decoder(nnx.Module):
                 mixed_layers.full_pass(self, x_BxTxD, positions_BxT, mask, dropout_key)
             ), None
         if self.config.layer_types:
-            x_BxTxD, kv = mixed_layers.cached_pass(self, x_BxTxD, positions_BxT, mask, cache, slots_BxT)
+            x_BxTxD, kv = mixed_layers.cached_pass(
+                self, x_BxTxD, positions_BxT, mask, cache, slots_BxT, chunk_mask
+            )
             return self.final_norm(x_BxTxD), kv
         graphdef, stacked = nnx.split(self.layers)
         gather = self._layer_for_compute
@@ -133,14 +149,16 @@ class Decoder(nnx.Module):
         )
         return self.final_norm(x_BxTxD), kv
 
-    def _layers_by_layer(self, x_BxTxD, positions_BxT, mask, cache: KVCache, slots_BxT, layer_weights):
+    def _layers_by_layer(
+        self, x_BxTxD, positions_BxT, mask, cache: KVCache, slots_BxT, layer_weights, chunk_mask=None
+    ):
         """`_layers` unrolled over per-layer weights: the decode loop's path, which reads no slice of a stacked
         weight (see `layer_weights`). The cache holds per-layer buffers (`kv_cache.by_layer`), or stays
         stacked when the kernel set reads it in place (`reads_cache_in_place`): each layer then writes its
         token into the stacked arrays and attention reads them, with no layer's slice copied out."""
         if self.config.layer_types:
             x_BxTxD, kv = mixed_layers.cached_pass(
-                self, x_BxTxD, positions_BxT, mask, cache, slots_BxT, layer_weights
+                self, x_BxTxD, positions_BxT, mask, cache, slots_BxT, chunk_mask, layer_weights
             )
             return self.final_norm(x_BxTxD), kv
         graphdef = nnx.graphdef(self.layers)
@@ -249,16 +267,21 @@ class Decoder(nnx.Module):
                 x_BxTxD, ids_BxS, placement.positions_BxT, attention_mask_BxT, weights_NxD, self.embed_tokens
             )
         mask = attention_mask_BxT.astype(jnp.int32) if fresh else placement.allowed_BxTxS
+        chunk_mask = attention_mask_BxT.astype(jnp.int32)
         if layer_weights is None:
-            hidden_BxTxD, (keys, values) = self._layers(
-                x_BxTxD, placement.positions_BxT, mask, cache, placement.slots_BxT
+            hidden_BxTxD, (keys, values, *states) = self._layers(
+                x_BxTxD, placement.positions_BxT, mask, cache, placement.slots_BxT, None, chunk_mask
             )
         else:
-            hidden_BxTxD, (keys, values) = self._layers_by_layer(
-                x_BxTxD, placement.positions_BxT, mask, cache, placement.slots_BxT, layer_weights
+            hidden_BxTxD, (keys, values, *states) = self._layers_by_layer(
+                x_BxTxD, placement.positions_BxT, mask, cache, placement.slots_BxT, layer_weights, chunk_mask
             )
         new_cache = KVCache(
-            keys=keys, values=values, lengths_B=placement.new_lengths_B, token_ids_BxS=ids_BxS
+            keys=keys,
+            values=values,
+            lengths_B=placement.new_lengths_B,
+            token_ids_BxS=ids_BxS,
+            states=states[0] if states and cache.states is not None else None,
         )
         return hidden_BxTxD, new_cache
 

@@ -45,6 +45,9 @@ class KVCache:
     values: jax.Array  # [L, B, K, S, E], or L x [B, K, S, E]
     lengths_B: jax.Array  # int32 [B]: filled slots == next RoPE position
     token_ids_BxS: jax.Array | None = None  # int32 [B, S]: the token in each slot, if the cache keeps them
+    # Per layer of a model with linear-attention layers: such a layer's recurrent state (rows first), an
+    # attention layer's () (`mixed_layers.init_cache`); None for attention-only models.
+    states: tuple | None = None
 
     @property
     def capacity(self) -> int:
@@ -77,6 +80,7 @@ def map_rows(cache: KVCache, fn) -> KVCache:
         values=fn(cache.values, 1),  # [L, B, K, S, E]
         lengths_B=fn(cache.lengths_B, 0),
         token_ids_BxS=None if ids is None else fn(ids, 0),
+        states=None if cache.states is None else jax.tree.map(lambda state: fn(state, 0), cache.states),
     )
 
 
@@ -90,6 +94,7 @@ def leading_slots(cache: KVCache, size: int) -> KVCache:
         values=cache.values[:, :, :, :size],
         lengths_B=cache.lengths_B,
         token_ids_BxS=ids,
+        states=cache.states,
     )
 
 
@@ -106,6 +111,7 @@ def with_leading_slots(cache: KVCache, window: KVCache) -> KVCache:
         values=cache.values.at[:, :, :, :size].set(window.values),
         lengths_B=window.lengths_B,
         token_ids_BxS=ids,
+        states=window.states,
     )
 
 

@@ -85,23 +85,30 @@ def unit_rms_norm(x: jax.Array, eps: float) -> jax.Array:
 
 
 class RMSNorm(nnx.Module):
-    """Root-mean-square norm over the last axis; statistics in float32, output in the compute dtype."""
+    """Root-mean-square norm over the last axis; statistics in float32, output in the compute dtype. With
+    `zero_centered` (Qwen3.5) the scale is 1 + the stored weight, which starts at zero."""
 
-    def __init__(self, size: int, eps: float, *, dtype, param_dtype):
-        self.scale = param(jnp.ones((size,), param_dtype), ("norm",))
+    def __init__(self, size: int, eps: float, *, dtype, param_dtype, zero_centered: bool = False):
+        start = jnp.zeros if zero_centered else jnp.ones
+        self.scale = param(start((size,), param_dtype), ("norm",))
         self.eps = eps
         self.dtype = dtype
+        self.zero_centered = zero_centered
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        if self.zero_centered:  # the product in float32, then rounded (as transformers' Qwen3.5)
+            return (normed * (1.0 + self.scale[...].astype(jnp.float32))).astype(self.dtype)
         return self.scale[...].astype(self.dtype) * normed.astype(self.dtype)
 
 
 def rope_inverse_frequencies(cfg: ModelConfig) -> np.ndarray:
     """Per-pair rotation frequencies [E/2] (float32), Llama-3 rescaled when `cfg.rope_scaling` is set, zero
-    beyond the `cfg.partial_rotary_factor` share of the pairs."""
-    exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim
+    beyond the `cfg.partial_rotary_factor` share of the pairs; with `cfg.rotary_dim` those of a head of
+    that size."""
+    size = cfg.rotary_dim or cfg.head_dim
+    exponents = np.arange(0, size, 2, dtype=np.float64) / size
     inv_freq = 1.0 / (cfg.rope_theta**exponents)
     scaling = cfg.rope_scaling
     if scaling is not None:
@@ -118,7 +125,7 @@ def rope_inverse_frequencies(cfg: ModelConfig) -> np.ndarray:
         in_band = (wavelength >= high_freq_wavelength) & (wavelength <= low_freq_wavelength)
         inv_freq = np.where(in_band, interpolated, scaled)
     # Partial rotary (Gemma 4's 'proportional' RoPE): only the first pairs turn, the rest keep angle 0.
-    turning = int(cfg.partial_rotary_factor * cfg.head_dim // 2)
+    turning = int(cfg.partial_rotary_factor * size // 2)
     inv_freq = np.where(np.arange(inv_freq.shape[0]) < turning, inv_freq, 0.0)
     return inv_freq.astype(np.float32)
 
@@ -132,3 +139,14 @@ def apply_rope(x_BxTxNxE: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndar
     rotated = jnp.concatenate([-second, first], axis=-1)
     out = x32 * jnp.cos(angles_BxTx1xE) + rotated * jnp.sin(angles_BxTx1xE)
     return out.astype(x_BxTxNxE.dtype)
+
+
+def rotate(x_BxTxNxE: jax.Array, positions_BxT: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """RoPE as `cfg` turns a head: all of it, or with `rotary_dim` its first features as a head of that size
+    and the rest as they are (Qwen3.5)."""
+    inv_freq = rope_inverse_frequencies(cfg)
+    size = cfg.rotary_dim or x_BxTxNxE.shape[-1]
+    if size == x_BxTxNxE.shape[-1]:
+        return apply_rope(x_BxTxNxE, positions_BxT, inv_freq)
+    turned = apply_rope(x_BxTxNxE[..., :size], positions_BxT, inv_freq)
+    return jnp.concatenate([turned, x_BxTxNxE[..., size:]], axis=-1)

@@ -94,7 +94,7 @@ def add_adapters(blocks, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
             if target in cfg.lora_targets:
                 part, kernel, input_axes = SITES[target]
                 module = getattr(block, part)
-                if getattr(module, kernel) is None:  # keys-as-values, KV sharing: no such projection
+                if getattr(module, kernel, None) is None:  # keys-as-values, KV sharing, linear layers: none
                     continue
                 adapter = LoRA(getattr(module, kernel), input_axes, cfg, salt, rngs.params())
                 setattr(module, adapter_name(target), nnx.data(adapter))

@@ -1,12 +1,13 @@
-"""The decoder's layers when they are of several kinds (`ModelConfig.layer_types`, Gemma 4): one stack each.
+"""The decoder's layers when they are of several kinds (`ModelConfig.layer_types`): one stack each.
 
-Each kind of block (`ModelConfig.layer_kinds`: sliding or full attention, each with or without keys and values
-of its own) is one stacked module under `Decoder.layers[kind]`, its blocks built from `kind_config(kind)`,
+Each kind of block (`ModelConfig.layer_kinds`: Gemma 4's sliding or full attention, each with or without keys
+and values of its own; Qwen3.5's linear or full attention) is one stacked module under `Decoder.layers[kind]`, its blocks built from `kind_config(kind)`,
 so every stack has one shape and one block's code. A full-sequence pass walks the layers in runs of one
 kind, each run a `lax.scan` over its slice of the kind's stack; a layer whose keys and values later layers
 share runs alone and hands them on. Cached passes run the layers one by one over a cache of per-layer
 buffers (`init_cache`: each layer's own head size and key/value heads; a sharing layer's are empty, it
-reads the slots of the layer it shares).
+reads the slots of the layer it shares; a linear-attention layer's are empty too, it keeps its state in
+`KVCache.states` instead).
 
 Shape legend: B batch, T length, S cache slots, K key/value heads, E head_dim.
 """
@@ -21,6 +22,7 @@ from coevo_jax.models.blocks import Block
 from coevo_jax.models.config import SHARED_KV, ModelConfig
 from coevo_jax.models.kv_cache import KVCache
 from coevo_jax.models.layers import stack_layers
+from coevo_jax.models.linear_attention import init_state
 from coevo_jax.models.lora import add_adapters
 
 
@@ -103,16 +105,23 @@ def layer_params(decoder, layer: int) -> dict:
     return decoder._layer_for_compute(jax.tree.map(lambda w: w[index], stacked), kind)
 
 
-def cached_pass(decoder, x_BxTxD, positions_BxT, mask, cache: KVCache, slots_BxT, layer_weights=None):
+def cached_pass(
+    decoder, x_BxTxD, positions_BxT, mask, cache: KVCache, slots_BxT, chunk_mask_BxT, layer_weights=None
+):
     """Hidden states after every layer (before the final norm) of a chunk appended to a per-layer cache,
-    and the cache's (keys, values) tuples with the chunk written."""
+    and the cache's (keys, values, states) tuples with the chunk written. `mask` is what attention layers
+    attend (`Attention.__call__`), `chunk_mask_BxT` the chunk's tokens (what linear-attention layers take)."""
     cfg: ModelConfig = decoder.config
     keys, values = list(cache.keys), list(cache.values)
+    states = [()] * cfg.num_layers if cache.states is None else list(cache.states)
     chunk_kv: dict[int, tuple] = {}
     for layer in range(cfg.num_layers):
         kind = cfg.layer_site(layer)[0][1]
         params = layer_params(decoder, layer) if layer_weights is None else layer_weights[layer]
         block = nnx.merge(nnx.graphdef(decoder.layers[kind]), params)
+        if kind == "linear_attention":
+            x_BxTxD, states[layer] = block(x_BxTxD, positions_BxT, chunk_mask_BxT, states[layer], slots_BxT)
+            continue
         source = cfg.kv_source(layer)
         layer_cache = (keys[source][None], values[source][None], 0)  # a stack of one: a view
         if source != layer:
@@ -122,17 +131,30 @@ def cached_pass(decoder, x_BxTxD, positions_BxT, mask, cache: KVCache, slots_BxT
             x_BxTxD, positions_BxT, mask, layer_cache, slots_BxT, return_kv=True
         )
         keys[layer], values[layer] = k_1xBxKxExS[0], v_1xBxKxSxE[0]
-    return x_BxTxD, (tuple(keys), tuple(values))
+    return x_BxTxD, (tuple(keys), tuple(values), tuple(states))
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype) -> KVCache:
     """An empty per-layer cache: layer l's keys [B, K_l, E_l, S] and values [B, K_l, S, E_l], a layer that
-    shares another's keys and values holding none (S = 0)."""
-    keys, values = [], []
+    shares another's keys and values holding none (S = 0), a linear-attention layer none either (K = 0)
+    and its empty state in `states` (the others' entries there empty)."""
+    keys, values, states = [], [], []
     for layer in range(cfg.num_layers):
         kind_cfg = cfg.kind_config(cfg.layer_kind(layer))
+        if kind_cfg.block_kind == "linear_attention":
+            keys.append(jnp.zeros((batch, 0, 1, max_len), dtype))
+            values.append(jnp.zeros((batch, 0, max_len, 1), dtype))
+            states.append(init_state(kind_cfg, batch, dtype))
+            continue
+        states.append(())
         slots = max_len if cfg.kv_source(layer) == layer else 0
         heads = (batch, kind_cfg.num_kv_heads)
         keys.append(jnp.zeros((*heads, kind_cfg.head_dim, slots), dtype))
         values.append(jnp.zeros((*heads, slots, kind_cfg.head_dim), dtype))
-    return KVCache(keys=tuple(keys), values=tuple(values), lengths_B=jnp.zeros((batch,), jnp.int32))
+    linear = "linear_attention" in cfg.layer_types
+    return KVCache(
+        keys=tuple(keys),
+        values=tuple(values),
+        lengths_B=jnp.zeros((batch,), jnp.int32),
+        states=tuple(states) if linear else None,
+    )
