@@ -173,7 +173,7 @@ def test_cached_decoding_matches_the_full_pass_token_by_token(checkpoint):
     np.testing.assert_array_equal(np.asarray(cache.lengths_B), np.sum(mask, axis=1))
 
 
-@pytest.mark.slow  # compiling the backward pass takes 10-20 s a shape
+@pytest.mark.slow  # compiles the backward pass of each shape
 def test_gradients_to_future_positions_are_zero(checkpoint):
     """The delta rule's chunks, the convolution and the padding moves are causal: position 5's logits
     depend on no later input (exactly zero gradient), and on every earlier one (left padding included)."""
