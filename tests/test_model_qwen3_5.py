@@ -5,7 +5,7 @@ the logits of transformers run in float64 within 1e-4, on a padded batch and pas
 64-token chunk, and save back to a directory transformers reloads to the same logits; the multimodal
 checkpoint's text stack loads too. Cached decoding (a fresh prefill, an incremental chunk with padding
 inside it, then one token at a time) equals the full pass token by token; no gradient reaches back from a
-later position (slow).
+later position (slow); a LoRA adapter saves as a PEFT adapter peft loads with the same logits.
 """
 
 import json
@@ -192,3 +192,35 @@ def test_gradients_to_future_positions_are_zero(checkpoint):
         assert np.all(grads[row, position + 1 :] == 0)
         live = np.flatnonzero(mask[row][: position + 1])
         assert np.all(np.abs(grads[row, live]).max(axis=-1) > 0)
+
+
+def test_a_lora_adapter_saves_as_a_peft_adapter_peft_loads(checkpoint, tmp_path):
+    """Adapters on every target (the gated query, keys, values and output of the full layers, every layer's
+    MLP) save as a PEFT adapter that peft puts on transformers' model with our logits; linear-attention
+    layers carry none (PEFT's q/k/v/o names are not theirs)."""
+    from peft import PeftModel
+
+    from coevo_jax.checkpoint_formats import save_adapter
+    from coevo_jax.models import Decoder
+
+    shape, _, path, model = checkpoint
+    lora = Decoder(model.config.replace(lora_rank=4), rngs=nnx.Rngs(1))
+    base = dict(nnx.to_flat_state(nnx.state(model)))
+    rng = np.random.RandomState(fresh_seed())
+    state = nnx.state(lora)
+    for key, variable in nnx.to_flat_state(state):
+        if key in base:
+            variable.set_value(base[key].get_value())
+        elif key[-1] == "b":  # B starts at zero: give the adapters something to add
+            variable.set_value(
+                jnp.asarray(0.1 * rng.standard_normal(variable.get_value().shape), jnp.float32)
+            )
+    lora = nnx.merge(nnx.graphdef(lora), state)
+    save_adapter(lora, tmp_path / "adapter")
+    peft_model = PeftModel.from_pretrained(qwen3_5_reference(shape), tmp_path / "adapter").eval()
+    ids, mask = BATCH
+    ours = np.asarray(lora(jnp.asarray(ids), jnp.asarray(mask)))
+    error = max_abs_on_valid(ours, qwen3_5_logits(peft_model, ids, mask), mask)
+    moved = max_abs_on_valid(ours, np.asarray(model(jnp.asarray(ids), jnp.asarray(mask))), mask)
+    print(f"[qwen3.5 lora] {shape}: peft vs ours {error:.3e}, adapters move the logits by {moved:.3e}")
+    assert error < 1e-4 and moved > 1e-2
