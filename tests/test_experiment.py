@@ -519,8 +519,10 @@ def test_every_method_runs_end_to_end_and_reports(tmp_path, monkeypatch):
     frozen = results["methods"]["CoEvolving (frozen failure agent)"]["iterations"][1]
     assert set(frozen["train"]) == {"target"}  # the frozen failure agent never trains
     stages = json.loads((tmp_path / "stages.json").read_text())
-    # ETO and co-evolution share iteration 1's exploration of the SFT target policy and its evaluation.
-    assert [k for k in stages if k.startswith("explore/sft_target/")] == ["explore/sft_target/it1"]  # shared
+    # ETO and co-evolution share iteration 1's exploration of the SFT target policy and its evaluation;
+    # Best-of-4 plays each task 4 times, a stage of its own.
+    explored = sorted(k for k in stages if k.startswith("explore/sft_target/"))
+    assert explored == ["explore/sft_target/it1", "explore/sft_target/it1_x4"]
     assert "explore/sft_failure/it2" in stages  # the frozen agent explores afresh
     # every pair phase keeps the pairs it trained on (for the HTML report), with the reference's log-probs
     kept = {
