@@ -56,6 +56,7 @@ def test_concurrent_agents_resolves_to_single_process_cpu_runs():
     assert resolve_concurrent_agents(None, platform="cpu", process_count=1)
     assert not resolve_concurrent_agents(None, platform="gpu", process_count=1)
     assert not resolve_concurrent_agents(None, platform="cpu", process_count=2)
+    assert not resolve_concurrent_agents(None, platform="cpu", process_count=1, device_count=8)
     assert resolve_concurrent_agents(True, platform="gpu", process_count=1)
     assert not resolve_concurrent_agents(False, platform="cpu", process_count=1)
     with pytest.raises(ValueError, match="single-process"):

@@ -7,7 +7,8 @@ programs dispatched from two threads fill them. Each stage computes exactly what
 same programs, batches, data order and sampling keys.
 
 Never with several processes (each would have to issue its collectives in one order) and not by default on
-accelerators, where one policy's program fills the device and a second one only adds memory.
+accelerators or several CPU devices, where one policy's program fills the devices and a second one only adds
+memory and contention.
 """
 
 from __future__ import annotations
@@ -20,15 +21,18 @@ A = TypeVar("A")
 B = TypeVar("B")
 
 
-def resolve_concurrent_agents(choice: bool | None, *, platform: str, process_count: int) -> bool:
-    """`ExperimentConfig.concurrent_agents` resolved: None means on for a single-process CPU run."""
+def resolve_concurrent_agents(
+    choice: bool | None, *, platform: str, process_count: int, device_count: int = 1
+) -> bool:
+    """`ExperimentConfig.concurrent_agents` resolved: None means on for a single-process CPU run on one
+    device (on several CPU devices each program already spreads over the cores)."""
     if choice and process_count > 1:
         raise ValueError(
             f"concurrent_agents=True needs a single-process run (this one has {process_count} processes): "
             "every process must issue its programs in one order"
         )
     if choice is None:
-        return platform == "cpu" and process_count == 1
+        return platform == "cpu" and process_count == 1 and device_count == 1
     return bool(choice)
 
 

@@ -275,7 +275,7 @@ class ExperimentConfig:
     warn_failure_pairs_below: int = 30
     # The two agents' independent stages (base SFT, an iteration's explorations, co-evolution's two phases)
     # run side by side, each computing what it computes alone (`experiment.agent_pairs`); None: on for a
-    # single-process CPU run.
+    # single-process CPU run on one device.
     concurrent_agents: bool | None = None
 
     def __post_init__(self):

@@ -66,6 +66,7 @@ class PolicySetup:
             self.cfg.concurrent_agents,
             platform=self.mesh.devices.flat[0].platform,
             process_count=processes.count(),
+            device_count=self.mesh.devices.size,
         )
 
     @functools.cached_property
