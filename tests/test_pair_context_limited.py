@@ -67,6 +67,8 @@ def _fake_stages(pair_context_limited: bool, explored: dict[str, list[Trajectory
         setup=types.SimpleNamespace(cfg=cfg),
         experts=experts,
         explore=explore,
+        explore_pair=lambda first, second, k: (explore(first, k), explore(second, k)),
+        pair=lambda first, second: (first(), second()),
         train_pairs=train_pairs,
         base_sft=lambda agent: f"sft_{agent}",
         evaluate=lambda policy: {},

@@ -141,7 +141,7 @@ def test_over_seeds_cells_are_mean_and_sample_std_and_the_warning_lists_every_se
 
 
 def test_the_committed_study_reads_and_warns_in_every_phase():
-    runs = [load_results(p) for p in sorted((ROOT / "docs" / "study").glob("results_seed*.json"))]
+    runs = [load_results(p) for p in sorted((ROOT / "studies" / "equal_budget").glob("results_seed*.json"))]
     (line,) = warnings(runs)  # recorded before `failed_by_both` and the threshold: both at their defaults
     assert line.startswith("warning: CoEvolving: the failure agent trained on fewer than 30")
     assert "in 15 of 15 phases" in line and "env.explore_tasks; 160 explored now" in line
