@@ -83,20 +83,21 @@ def run_rft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
     return history
 
 
-def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
-    """Explore with the target policy, pair the expert with each prediction, DPO (eq. 7)."""
+def _expert_pair_iterations(
+    stages: Stages, iterations: int, on_iteration, *, name: str, repeat: int, build_pairs
+) -> list[dict]:
+    """The target alone: each iteration explores (`repeat` plays per task), pairs its pairable episodes with
+    their tasks' experts by `build_pairs(experts, episodes)`, trains by DPO (eq. 7) and evaluates."""
     current = SFT_TARGET
     history = run_sft(stages, iterations, on_iteration)
+    cut = stages.setup.cfg.dpo.pair_context_limited
     for k in range(1, iterations + 1):
-        explored, summary = stages.explore(current, k, repeat=_single_explorer_repeat(stages))
+        explored, summary = stages.explore(current, k, repeat=repeat)
+        episodes = pairable(explored, context_limited=cut)
         current, record = stages.train_pairs(
-            f"eto_it{k}_target",
+            f"{name}_it{k}_target",
             current,
-            lambda explored=explored: pair_builders.build_eto_pairs(
-                stages.experts,
-                pairable(explored, context_limited=stages.setup.cfg.dpo.pair_context_limited),
-                max_pairs_per_task=stages.setup.cfg.dpo.max_pairs_per_task,
-            ),
+            functools.partial(build_pairs, stages.experts, episodes),
             kind=StepKind.DPO,
             iteration=k,
         )
@@ -110,6 +111,19 @@ def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
         on_iteration(entry)
         history.append(entry)
     return history
+
+
+def run_eto(stages: Stages, iterations: int, on_iteration) -> list[dict]:
+    """Explore with the target policy, pair the expert with each prediction, DPO (eq. 7)."""
+    cap = stages.setup.cfg.dpo.max_pairs_per_task
+    return _expert_pair_iterations(
+        stages,
+        iterations,
+        on_iteration,
+        name="eto",
+        repeat=_single_explorer_repeat(stages),
+        build_pairs=functools.partial(pair_builders.build_eto_pairs, max_pairs_per_task=cap),
+    )
 
 
 def run_best_of_4(stages: Stages, iterations: int, on_iteration) -> list[dict]:
@@ -123,30 +137,14 @@ def run_best_of_4(stages: Stages, iterations: int, on_iteration) -> list[dict]:
     make no pair, so the selection runs over the failures: the sampled negative closest to success. A task
     whose 4 episodes all succeed makes no pair. `match_exploration` does not apply (N fixes the budget).
     """
-    current = SFT_TARGET
-    repeat = BEST_OF_N // stages.setup.cfg.rollout.samples_per_task
-    history = run_sft(stages, iterations, on_iteration)
-    for k in range(1, iterations + 1):
-        explored, summary = stages.explore(current, k, repeat=repeat)
-        current, record = stages.train_pairs(
-            f"best_of_4_it{k}_target",
-            current,
-            lambda explored=explored: pair_builders.build_best_of_n_pairs(
-                stages.experts, pairable(explored, context_limited=stages.setup.cfg.dpo.pair_context_limited)
-            ),
-            kind=StepKind.DPO,
-            iteration=k,
-        )
-        entry = _iteration(
-            k,
-            stages.evaluate(current),
-            {"target": summary},
-            {"target": _pair_summary(record)},
-            {"target": _train_summary(record)},
-        )
-        on_iteration(entry)
-        history.append(entry)
-    return history
+    return _expert_pair_iterations(
+        stages,
+        iterations,
+        on_iteration,
+        name="best_of_4",
+        repeat=BEST_OF_N // stages.setup.cfg.rollout.samples_per_task,
+        build_pairs=pair_builders.build_best_of_n_pairs,
+    )
 
 
 def _failure_agent_trains_on_failure_pairs(variant: str, iteration: int) -> bool:
