@@ -81,6 +81,8 @@ def _load_config_module(path: pathlib.Path):
         ("paper_llama2_7b", "sciworld"),
         ("paper_llama2_7b", "sql"),
         ("paper_qwen3_4b", "sql"),
+        ("scarcity_study", "300"),
+        ("scarcity_study", "1500,dev"),
     ],
 )
 def test_every_config_file_builds_an_experiment_config(name, arg):
@@ -103,9 +105,22 @@ def test_every_config_file_builds_an_experiment_config(name, arg):
         assert dict(experiment.env.kwargs)["backend"] == "sqlite"
         config.env.kwargs.backend = "mariadb"
         assert dict(ExperimentConfig.from_mapping(config).env.kwargs)["backend"] == "mariadb"
+    if name == "scarcity_study":  # every train task with an expert explored; about 1,875 SFT steps at any K
+        experts = int(arg.split(",")[0])
+        assert experiment.env.expert_tasks == experts and experiment.env.explore_tasks == 0
+        assert experiment.sft.epochs == {300: 50, 1500: 10}[experts]
+        assert experiment.env.eval_splits == (
+            ("dev", "dev_unseen") if arg.endswith("dev") else ("test_seen", "test_unseen")
+        )
     if name.startswith("paper"):
         assert experiment.sft.learning_rate == 2e-5 and experiment.sft.epochs == 3
         assert experiment.dpo.betas == (0.1,) and experiment.iterations == (5 if arg == "sql" else 3)
+
+
+@pytest.mark.parametrize("arg", ["", "three hundred", "300,test"])
+def test_the_scarcity_config_refuses_an_argument_it_cannot_read(arg):
+    with pytest.raises(ValueError, match="scarcity_study.py"):
+        _load_config_module(CONFIGS / "scarcity_study.py").get_config(arg)
 
 
 def _field_names(config, prefix=""):
@@ -438,6 +453,20 @@ def test_zero_shot_evaluates_the_starting_parameters_without_training_or_saving_
     assert sorted(stages) == ["eval/base/test_seen", "eval/base/test_unseen"]  # no SFT: nothing needs it
     assert not (tmp_path / "policies").exists() or not os.listdir(tmp_path / "policies")
     assert "| Zero-shot |" in (tmp_path / "table.md").read_text()
+
+
+def test_evaluation_at_the_sft_policy_and_the_last_iteration_only(tmp_path):
+    config = tiny_config(methods=("eto",), iterations=2, env={"eval_every_iteration": False})
+    results = run(config, str(tmp_path))
+    evaluated = [bool(entry["eval"]) for entry in results["methods"]["ETO"]["iterations"]]
+    assert evaluated == [True, False, True]
+    stages = json.loads((tmp_path / "stages.json").read_text())
+    assert sorted(k for k in stages if k.startswith("eval/")) == [
+        f"eval/{policy}/{split}"
+        for policy in ("eto_it2_target", "sft_target")
+        for split in ("test_seen", "test_unseen")
+    ]
+    assert "| ETO |" in (tmp_path / "table.md").read_text()
 
 
 @pytest.mark.slow

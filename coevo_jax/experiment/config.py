@@ -64,6 +64,9 @@ class EnvConfig:
     expert_tasks: int | None = None  # expert trajectories used for SFT (the first N)
     experts_path: str = ""  # a trajectory file or a TFDS split `DIR[:SPLIT]` instead of the env's own experts
     eval_task_subset: str = "first"  # how eval_tasks are picked: the 'first' N or N 'spread' over the split
+    # False: the methods' policies are evaluated at the SFT policy and after the last iteration only (a sweep
+    # point's final scores for fewer episodes); True: after every iteration as well (the reward curves)
+    eval_every_iteration: bool = True
 
     def __post_init__(self):
         if self.explore_tasks is not None and self.explore_tasks < 0:

@@ -31,6 +31,14 @@ def _iteration(k: int, evaluation: dict, explore: dict | None = None, pairs=None
     return entry
 
 
+def _evaluate(stages: Stages, policy: str, k: int, iterations: int) -> dict:
+    """`stages.evaluate(policy)` after iteration `k`, or {} (no evaluation) before the last iteration when
+    `env.eval_every_iteration` is off."""
+    if k < iterations and not stages.setup.cfg.env.eval_every_iteration:
+        return {}
+    return stages.evaluate(policy)
+
+
 def _pair_summary(record: dict) -> dict:
     dataset = record.get("dataset", {})
     return {
@@ -75,7 +83,10 @@ def run_rft(stages: Stages, iterations: int, on_iteration) -> list[dict]:
         data = pair_builders.select_rft(stages.experts, successes)
         current, record = stages.train_sft(f"rft_it{k}_target", current, data, k)
         entry = _iteration(
-            k, stages.evaluate(current), {"target": summary}, train={"target": _train_summary(record)}
+            k,
+            _evaluate(stages, current, k, iterations),
+            {"target": summary},
+            train={"target": _train_summary(record)},
         )
         entry["train"]["target"]["examples"] = len(data)
         on_iteration(entry)
@@ -103,7 +114,7 @@ def _expert_pair_iterations(
         )
         entry = _iteration(
             k,
-            stages.evaluate(current),
+            _evaluate(stages, current, k, iterations),
             {"target": summary},
             {"target": _pair_summary(record)},
             {"target": _train_summary(record)},
@@ -217,7 +228,11 @@ def run_coevo(stages: Stages, iterations: int, on_iteration, *, variant: str = "
             pairs["failure"], train["failure"] = _pair_summary(failure_record), _train_summary(failure_record)
         pairs["target"], train["target"] = _pair_summary(record), _train_summary(record)
         entry = _iteration(
-            k, stages.evaluate(target), {"target": target_summary, "failure": failure_summary}, pairs, train
+            k,
+            _evaluate(stages, target, k, iterations),
+            {"target": target_summary, "failure": failure_summary},
+            pairs,
+            train,
         )
         entry["failed_by_both"] = both_failed
         on_iteration(entry)
@@ -233,7 +248,9 @@ def run_grpo(stages: Stages, iterations: int, on_iteration) -> list[dict]:
     history = run_sft(stages, iterations, on_iteration)
     for k in range(1, iterations + 1):
         current, record = stages.train_grpo(f"grpo_it{k}_target", current, k)
-        entry = _iteration(k, stages.evaluate(current), train={"target": _train_summary(record)})
+        entry = _iteration(
+            k, _evaluate(stages, current, k, iterations), train={"target": _train_summary(record)}
+        )
         on_iteration(entry)
         history.append(entry)
     return history
@@ -259,7 +276,9 @@ def run_coevolve(stages: Stages, iterations: int, on_iteration, *, method: str =
         current, record = stages.train_grpo(f"{method}_it{k}_target", current, k, run=loop)
         for done in record["rounds"]:
             stages.on_scalars(f"coevolve/{method}", done["step"], coevolve_loop.round_scalars(done))
-        entry = _iteration(k, stages.evaluate(current), train={"target": _train_summary(record)})
+        entry = _iteration(
+            k, _evaluate(stages, current, k, iterations), train={"target": _train_summary(record)}
+        )
         entry["coevolve"] = record["rounds"]
         on_iteration(entry)
         history.append(entry)

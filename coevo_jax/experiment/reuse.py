@@ -67,7 +67,7 @@ STATEFUL_FAMILIES = frozenset({"grpo", *ABLATIONS})
 EXPLORATION_FIELDS = ("rollout.temperature", "rollout.top_p", "rollout.samples_per_task", "env.explore_tasks")
 # Fields only greedy evaluations read: which splits and tasks are evaluated. Training tasks, experts and
 # explorations are drawn without them (`run.run`), so they change the `eval/` stages and nothing else.
-EVALUATION_FIELDS = ("env.eval_splits", "env.eval_tasks", "env.eval_task_subset")
+EVALUATION_FIELDS = ("env.eval_splits", "env.eval_tasks", "env.eval_task_subset", "env.eval_every_iteration")
 _FAMILY = re.compile(r"(?P<family>.+)_it\d+_(?:target|failure)")
 
 
