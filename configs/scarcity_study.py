@@ -38,6 +38,9 @@ def get_config(arg: str = "800") -> ConfigDict:
     config.env.expert_tasks = experts
     config.env.explore_tasks = 0  # every train task with an expert, by each agent, every iteration
     config.env.eval_tasks = None  # the whole splits
+    # a sweep point is scored at the SFT policy and after the last iteration; the 5-seed point passes
+    # --config.env.eval_every_iteration=True for the reward curves
+    config.env.eval_every_iteration = False
     config.sft.epochs = sft_epochs(experts)
     # Exploration samples at the quickstart's temperature 1.0; ETO's released scripts explore greedily.
     config.rollout.temperature = 1.0
