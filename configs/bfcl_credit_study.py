@@ -1,5 +1,5 @@
 """Credit where GRPO has none, on BFCL with SmolLM2: GRPO, GiGPO, GRPO with dead-group pairs and both
-(`grpo_credit_study.VARIANTS`), with `bfcl_smollm2.py`'s SFT (32 experts, two epochs), 2 GRPO steps of 4 tasks x
+(`config_blocks.CREDIT_VARIANTS`), with `bfcl_smollm2.py`'s SFT (32 experts, two epochs), 2 GRPO steps of 4 tasks x
 K = 4 episodes and greedy evaluation on 16 test tasks. There the SFT policy's sampled episodes all score 0,
 so plain GRPO drops every group and makes no update; the question is which variant finds a gradient (BFCL's
 per-turn accuracy ranks dead groups' failures; GiGPO's step groups need different returns from one state).
@@ -12,21 +12,25 @@ about 10 min each); studies/credit/README.md:
             --reuse_from=workdir_bfcl_credit_episode; done
 """
 
-import os
-import sys
+from ml_collections import ConfigDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from bfcl_smollm2 import get_config as bfcl_config  # noqa: E402
-from grpo_credit_study import VARIANTS  # noqa: E402
-from ml_collections import ConfigDict  # noqa: E402
+from coevo_jax.experiment import config_blocks as blocks
+from coevo_jax.experiment.config import default_config
 
 
 def get_config(variant: str = "episode") -> ConfigDict:
-    if variant not in VARIANTS:
-        raise ValueError(f"bfcl_credit_study: variant {variant!r}, one of {', '.join(VARIANTS)}")
-    config = bfcl_config()
+    config = default_config()
+    config.seed = 0
+    config.checkpoint_every_steps = 50
+    config.log_every_steps = 5
+    config.show_progress = True
+    blocks.smollm2_policy(config)
+    blocks.smollm2_recipe(config, rows=16)
+    blocks.bfcl_environment(config)
+    blocks.smollm2_grpo(config)
+    config.iterations = 1
+    config.env.expert_tasks = 32
+    config.env.explore_tasks = 32
+    config.model.compute_dtype = "float32"  # 1.4x bf16 on AVX2 CPUs (studies/smollm2/README.md#bfcl-1)
     config.methods = ("sft", "grpo")
-    for field, value in VARIANTS[variant].items():
-        config.grpo[field] = value
-    return config
+    return blocks.credit_variant(config, variant, "bfcl_credit_study")

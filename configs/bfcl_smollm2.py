@@ -10,40 +10,25 @@ studies/smollm2/README.md#bfcl-1. Needs the `bfcl` extra (mpmath) and BFCL itsel
     python -m coevo_jax.main --config=configs/bfcl_smollm2.py --workdir=workdir_bfcl
 """
 
-import os
-import sys
+from ml_collections import ConfigDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from sql_smollm2 import smollm2_config  # noqa: E402
+from coevo_jax.experiment import config_blocks as blocks
+from coevo_jax.experiment.config import default_config
 
 
-def get_config():
-    config = smollm2_config(
-        "bfcl",
-        {"category": "multi_turn_base", "docs": "compact", "max_observation_chars": 1000},
-        expert_tasks=32,
-        rows=16,
-    )
-    config.rollout.groups = 1  # 16 rows in one batch: a decode step reads the weights once for all of them
-    config.methods = ("zero_shot", "sft", "grpo", "coevolve")
+def get_config() -> ConfigDict:
+    config = default_config()
+    config.seed = 0
+    config.checkpoint_every_steps = 50
+    config.log_every_steps = 5
+    config.show_progress = True
+    blocks.smollm2_policy(config)
+    blocks.smollm2_recipe(config, rows=16)
+    blocks.bfcl_environment(config)
+    blocks.smollm2_grpo(config)
+    config.iterations = 1
+    config.env.expert_tasks = 32
+    config.env.explore_tasks = 32
     config.model.compute_dtype = "float32"  # 1.4x bf16 on AVX2 CPUs (studies/smollm2/README.md#bfcl-1)
-    config.env.train_split = "train"
-    config.env.eval_splits = ("test",)
-    config.env.eval_tasks = 16
-    config.max_length = 3072
-    config.length_buckets = (512, 768, 1024, 1280, 1536, 2048, 2560)  # experts: 1,833 tokens, p90 2,317
-    config.rollout.cache_len = 3072
-
-    config.grpo.learning_rate = 1e-5
-    config.grpo.samples_per_task = 4
-    config.grpo.tasks_per_step = 4
-    config.grpo.steps_per_iteration = 2
-    config.grpo.batch_size = 8
-    config.grpo.updates_per_batch = 1
-    config.grpo.beta = 1e-3
-    config.grpo.temperature = 0.9
-    config.grpo.drop_equal_groups = True
-
-    config.coevolve.every_steps = 1  # a round after the first step, so the second can draw pool tasks
+    config.methods = ("zero_shot", "sft", "grpo", "coevolve")
     return config

@@ -13,19 +13,25 @@ paired table:
     python -m coevo_jax.reporting.report workdir_study24_{0,1,2,3,4} --figures studies/equal_budget
 """
 
-import os
-import sys
+from ml_collections import ConfigDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from ml_collections import ConfigDict  # noqa: E402
-from quickstart import get_config as quickstart_config  # noqa: E402
+from coevo_jax.experiment import config_blocks as blocks
+from coevo_jax.experiment.config import default_config
 
 
 def get_config() -> ConfigDict:
-    config = quickstart_config()
+    config = default_config()
+    config.seed = 0
+    config.iterations = 3
+    config.checkpoint_every_steps = 200
+    config.log_every_steps = 10
+    config.show_progress = True
+    blocks.builtin_environment(config)
+    blocks.scratch_policy(config)
+    blocks.scratch_recipe(config)
     config.methods = ("sft", "rft", "eto", "coevo", "coevo_positive", "coevo_frozen")
     config.match_exploration = True
+    config.env.explore_tasks = 160
     config.env.eval_tasks = None  # the whole splits
     config.sft.epochs = 24
     config.sft.rft_epochs = (

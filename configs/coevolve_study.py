@@ -12,19 +12,26 @@ cores. Why, and the timings: studies/coevolve/README.md. Needs only the package.
         --figures studies/coevolve
 """
 
-import os
-import sys
+from ml_collections import ConfigDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from ml_collections import ConfigDict  # noqa: E402
-from quickstart import get_config as quickstart_config  # noqa: E402
+from coevo_jax.experiment import config_blocks as blocks
+from coevo_jax.experiment.config import default_config
 
 
 def get_config() -> ConfigDict:
-    config = quickstart_config()
+    config = default_config()
+    config.seed = 0
+    config.iterations = 3
+    config.checkpoint_every_steps = 200
+    config.log_every_steps = 10
+    config.show_progress = True
+    blocks.builtin_environment(config)
+    blocks.scratch_policy(config)
+    blocks.scratch_recipe(config)
     config.methods = ("sft", "grpo", "coevolve")
     config.iterations = 2
+    config.env.explore_tasks = 160
+    config.env.eval_tasks = 50
     config.grpo.tasks_per_step = 8
 
     config.coevolve.every_steps = 5

@@ -10,30 +10,28 @@ same tasks with the same sampling seeds:
             --workdir=workdir_credit_${v}_$s --reuse_from=workdir_study_$s; done; done
 """
 
-import os
-import sys
+from ml_collections import ConfigDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from builtin_study import get_config as study_config  # noqa: E402
-from ml_collections import ConfigDict  # noqa: E402
-
-VARIANTS = {
-    "episode": dict(advantage="episode", dead_groups="none"),
-    "gigpo": dict(advantage="gigpo", dead_groups="none"),
-    "pairs": dict(advantage="episode", dead_groups="pairs"),
-    "both": dict(advantage="gigpo", dead_groups="pairs"),
-}
+from coevo_jax.experiment import config_blocks as blocks
+from coevo_jax.experiment.config import default_config
 
 
 def get_config(variant: str = "episode") -> ConfigDict:
-    if variant not in VARIANTS:
-        raise ValueError(f"grpo_credit_study: variant {variant!r}, one of {', '.join(VARIANTS)}")
-    config = study_config()
-    config.sft.epochs = 10  # the SFT base its results were measured from (the 10-epoch study seeds it reuses)
+    config = default_config()
+    config.seed = 0
+    config.iterations = 3
+    config.checkpoint_every_steps = 200
+    config.log_every_steps = 10
+    config.show_progress = True
+    blocks.builtin_environment(config)
+    blocks.scratch_policy(config)
+    blocks.scratch_recipe(config)
+    # builtin_study.py's settings on its 10-epoch SFT base, whose workdirs seed these runs (--reuse_from)
     config.methods = ("sft", "grpo")
     config.iterations = 2
+    config.match_exploration = True
+    config.env.explore_tasks = 160
+    config.env.eval_tasks = None  # the whole splits
+    config.sft.rft_epochs = 1
     config.grpo.tasks_per_step = 8
-    for field, value in VARIANTS[variant].items():
-        config.grpo[field] = value
-    return config
+    return blocks.credit_variant(config, variant, "grpo_credit_study")

@@ -4,13 +4,20 @@
         --config.model.source=/models/Qwen3-4B
 """
 
-import os
-import sys
+from ml_collections import ConfigDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from paper_llama2_7b import paper_config  # noqa: E402
+from coevo_jax.experiment import config_blocks as blocks
+from coevo_jax.experiment.config import default_config
 
 
-def get_config(env: str = "sciworld"):
-    return paper_config(env, "~/models/Qwen3-4B")
+def get_config(env: str = "sciworld") -> ConfigDict:
+    config = default_config()
+    config.seed = 0
+    config.methods = ("sft", "rft", "eto", "coevo")
+    config.checkpoint_every_steps = 100
+    config.log_every_steps = 10
+    config.show_progress = True
+    blocks.paper_environment(config, env)
+    blocks.paper_recipe(config)
+    config.model.source = "~/models/Qwen3-4B"
+    return config

@@ -12,13 +12,10 @@ test run. SFT trains about as many steps at every K as the quickstart's 10 epoch
 dev plateau), so a smaller K sees each expert more often rather than training less.
 """
 
-import os
-import sys
+from ml_collections import ConfigDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from ml_collections import ConfigDict  # noqa: E402
-from quickstart import get_config as quickstart_config  # noqa: E402
+from coevo_jax.experiment import config_blocks as blocks
+from coevo_jax.experiment.config import default_config
 
 QUICKSTART_EXPERTS, QUICKSTART_EPOCHS = 1500, 10
 
@@ -33,8 +30,16 @@ def get_config(arg: str = "800") -> ConfigDict:
     if not parts or not parts[0].isdigit() or set(parts[1:]) - {"dev"}:
         raise ValueError(f"configs/scarcity_study.py:{arg}: expected 'K' or 'K,dev' with K an expert count")
     experts, dev = int(parts[0]), "dev" in parts[1:]
-    config = quickstart_config()
+    config = default_config()
+    config.seed = 0
     config.methods = ("sft", "eto", "coevo", "coevo_expert_pairs")
+    config.iterations = 3
+    config.checkpoint_every_steps = 200
+    config.log_every_steps = 10
+    config.show_progress = True
+    blocks.builtin_environment(config)
+    blocks.scratch_policy(config)
+    blocks.scratch_recipe(config)
     config.env.expert_tasks = experts
     config.env.explore_tasks = 0  # every train task with an expert, by each agent, every iteration
     config.env.eval_tasks = None  # the whole splits

@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct (bundled GGUF, offline) on ScienceWorld (ETO's splits): SFT, RFT, ETO, co-evolution.
 
-The SQL config's settings (`sql_smollm2.smollm2_config`) cut further for gold paths 2.4x as long, so that a
+SmolLM2's CPU recipe (`config_blocks.smollm2_recipe`, as the SQL config) cut further for gold paths 2.4x as long, so that a
 seed runs in about 1 h 40 min on 2 CPU cores: float32 training, one SFT epoch on the first 32 train tasks'
 gold paths, one iteration exploring 16 of them, DPO phases of 2 updates at lr 1e-5 that also pair episodes cut
 at the 2,048-token context, 8 test tasks per split spread over its task kinds (seen = ETO's dev split, unseen
@@ -11,16 +11,24 @@ extra:
     python -m coevo_jax.main --config=configs/sciworld_smollm2.py --workdir=workdir_sciworld
 """
 
-import os
-import sys
+from ml_collections import ConfigDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from sql_smollm2 import smollm2_config  # noqa: E402
+from coevo_jax.experiment import config_blocks as blocks
+from coevo_jax.experiment.config import default_config
 
 
-def get_config():
-    config = smollm2_config("sciworld", {"java_max_heap": "384m"}, expert_tasks=32, rows=16)
+def get_config() -> ConfigDict:
+    config = default_config()
+    config.seed = 0
+    config.checkpoint_every_steps = 50
+    config.log_every_steps = 5
+    config.show_progress = True
+    blocks.smollm2_policy(config)
+    blocks.smollm2_recipe(config, rows=16)
+    blocks.environment(config, "sciworld", java_max_heap="384m")
+    config.methods = ("sft", "rft", "eto", "coevo")
+    config.iterations = 1
+    config.env.expert_tasks = 32
     config.env.explore_tasks = 16
     config.env.eval_tasks = 8
     config.env.eval_task_subset = "spread"
@@ -28,7 +36,6 @@ def get_config():
     config.sft.epochs = 1
     config.sft.batch_size = 2
     config.dpo.updates_per_phase = 2
-    # chosen on held-out train tasks (studies/smollm2/README.md)
     config.dpo.learning_rates = (1e-5,)
     config.dpo.pair_context_limited = True
     config.rollout.groups = 1

@@ -14,6 +14,7 @@ kill lands between two checkpoints and the resumed phase must redo the updates a
 
 from ml_collections import ConfigDict, config_dict
 
+from coevo_jax.experiment import config_blocks as blocks
 from coevo_jax.experiment.config import default_config
 
 VARIANTS = ("", "drill")
@@ -32,16 +33,15 @@ def get_config(variant: str = "") -> ConfigDict:
     config.log_every_steps = 1
     config.show_progress = False
 
-    config.env.name = "builtin"
-    config.env.kwargs = ConfigDict(
-        {
-            "seed": 0,
-            "num_train": 8,
-            "num_test_seen": 4,
-            "num_test_unseen": 4,
-            "budget_per_expert_step": 2,
-            "budget_extra_steps": 5,
-        }
+    blocks.environment(
+        config,
+        "builtin",
+        seed=0,
+        num_train=8,
+        num_test_seen=4,
+        num_test_unseen=4,
+        budget_per_expert_step=2,
+        budget_extra_steps=5,
     )
     config.env.eval_splits = ("test_seen", "test_unseen")
     config.env.explore_tasks = 8

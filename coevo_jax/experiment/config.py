@@ -346,8 +346,8 @@ def _tuples(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Mapping-valued `kwargs` become sorted item tuples; lists become tuples (frozen, hashable)."""
     out = {}
     for key, value in fields.items():
-        if key == "kwargs" and isinstance(value, Mapping):
-            value = tuple(sorted(value.items()))
+        if key == "kwargs" and isinstance(value, Mapping):  # unset placeholders: the factory's default
+            value = tuple(sorted((k, v) for k, v in value.items() if v is not None))
         elif key == "kwargs":
             value = tuple(tuple(item) for item in value)
         elif key == "length_buckets":
