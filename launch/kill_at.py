@@ -33,9 +33,9 @@ def _killer(note_path: str, point: str, at: int):
 
 
 def _plant_in_training(point: str, at: int, kill) -> None:
-    from coevo_jax.experiment import phases
+    from coevo_jax.experiment import train_loop
 
-    place, calls = phases._place, [0]
+    place, calls = train_loop.place_batch, [0]
     key = "example_mask" if point == "sft" else "ref_chosen_logps"  # a DPO reference pass has neither
 
     def place_or_kill(setup, batch):
@@ -45,7 +45,7 @@ def _plant_in_training(point: str, at: int, kill) -> None:
                 kill(f"before {point} update {at} of this process")
         return place(setup, batch)
 
-    phases._place = place_or_kill
+    train_loop.place_batch = place_or_kill
 
 
 def _plant_in_rollouts(point: str, at: int, kill) -> None:

@@ -14,7 +14,7 @@ from coevo_jax.data.batching import collate_dpo, tokenize_pairs
 from coevo_jax.data.records import Message, Trajectory
 from coevo_jax.experiment import dead_groups
 from coevo_jax.experiment.grpo import _optimizer
-from coevo_jax.experiment.phases import _buckets, _place
+from coevo_jax.experiment.train_loop import place_batch
 from coevo_jax.models import combine_trainable, partition_trainable
 from coevo_jax.train import phase_scalars, train_state_from_params
 
@@ -70,13 +70,22 @@ def test_dead_group_pairs_train_by_eq_9_in_the_grpo_optimizer(tiny_setup):  # no
     state = train_state_from_params(jax.tree.map(jnp.copy, trainable), tx, shardings)
     reference = jax.tree.map(jnp.copy, params)
     scalars = phase_scalars(_optimizer(grpo), beta=0.1)
-    place = lambda batch: _place(setup, batch)  # noqa: E731
+    place = lambda batch: place_batch(setup, batch)  # noqa: E731
     state, last, updates = dead_groups.train_pairs(
-        setup, steps, state, frozen, reference, pairs, scalars, buckets=_buckets(setup), place=place, seed=0
+        setup,
+        steps,
+        state,
+        frozen,
+        reference,
+        pairs,
+        scalars,
+        buckets=setup.cfg.buckets(),
+        place=place,
+        seed=0,
     )
     assert updates == 2 and last["loss"] < np.log(2.0) + 1e-4
     tokenized, _ = tokenize_pairs(pairs, setup.tokenizer, setup.chat_format, max_length=setup.cfg.max_length)
-    batch = collate_dpo(tokenized, length=max(_buckets(setup)), pairs_per_batch=8, pad_id=0)
+    batch = collate_dpo(tokenized, length=max(setup.cfg.buckets()), pairs_per_batch=8, pad_id=0)
     batch = place({k: v for k, v in batch.items() if k in steps.reference.keys})
     new_c, new_r = (
         np.asarray(x).reshape(-1) for x in steps.reference(combine_trainable(state.params, frozen), batch)

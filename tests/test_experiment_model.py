@@ -37,10 +37,10 @@ def test_a_policy_that_assumes_right_padding_refuses_another_batch_before_placin
 
     from model_fixtures import KITCHEN_SINK
 
-    from coevo_jax.experiment.phases import _place
+    from coevo_jax.experiment.train_loop import place_batch
 
     mask = np.ones((2, 6), np.int32)
     mask[1, :2] = 0  # left-padded
     setup = SimpleNamespace(model_cfg=KITCHEN_SINK.replace(right_padded=True))
     with pytest.raises(ValueError, match="batch row 1: attention_mask is not right-padded"):
-        _place(setup, {"attention_mask": mask})
+        place_batch(setup, {"attention_mask": mask})

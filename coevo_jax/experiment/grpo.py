@@ -34,20 +34,18 @@ from typing import Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from coevo_jax import checkpoints, losses
 from coevo_jax.data.batching import plan_batches
 from coevo_jax.data.grpo_rows import collate_grpo, sampled_sequence
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment
-from coevo_jax.experiment import dead_groups, gigpo, processes, rollouts
+from coevo_jax.experiment import dead_groups, gigpo, processes, rollouts, train_loop
 from coevo_jax.experiment.config import GRPOConfig
-from coevo_jax.experiment.phases import _buckets, _place
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore, read_json, write_json_atomic
 from coevo_jax.models import combine_trainable, partition_trainable
-from coevo_jax.train import OptimizerConfig, StepKind, abstract_state, phase_scalars, train_state_from_params
+from coevo_jax.train import OptimizerConfig, StepKind, phase_scalars
 
 DEAD_PAIR_METRICS = ("loss", "reward_accuracy", "reward_margin", "grad_norm")
 LOGGED_UPDATE_METRICS = ("loss", "ratio", "kl", "pg_loss", "clip_fraction", "grad_norm", "learning_rate")
@@ -180,13 +178,13 @@ def _train_on(setup: PolicySetup, steps, state, frozen, reference, examples, see
     pad = setup.tokenizer.pad_token_id
     step_fn = steps.step(StepKind.GRPO)
     scalars = phase_scalars(_optimizer(cfg), beta=0.0)  # GRPO's KL weight is static: `cfg.beta`
-    plan = plan_batches([len(e) for e in examples], cfg.batch_size, _buckets(setup), seed=seed)
+    plan = plan_batches([len(e) for e in examples], cfg.batch_size, setup.cfg.buckets(), seed=seed)
     metrics = []
     for length, indices in plan:
         batch = collate_grpo(
             [examples[i] for i in indices], length=length, batch_size=cfg.batch_size, pad_id=pad
         )
-        placed = _place(setup, batch)
+        placed = train_loop.place_batch(setup, batch)
         if cfg.beta > 0:  # beta 0: no reference pass at all
             placed["ref_logps"] = steps.grpo_reference(reference, placed)
         for _ in range(cfg.updates_per_batch):
@@ -220,51 +218,37 @@ def grpo_phase(
     done = manager.latest_step()
     if done is not None and done > last_step:
         raise ValueError(f"{manager.directory}: GRPO state at step {done} is past iteration {iteration}")
-    if done is not None and done >= first_step:
-        state, _ = checkpoints.restore(
-            manager, abstract_state(setup.model_cfg, tx, shardings), base=setup.base_fingerprint
-        )
-    elif first_step == 0:
-        state, done = train_state_from_params(jax.tree.map(jnp.copy, trainable), tx, shardings), 0
-    else:
+    if (done or 0) < first_step:
         raise FileNotFoundError(f"{manager.directory}: no GRPO state at step {first_step} to continue from")
+    state, _, done = train_loop.restore_or_start(setup, manager, tx, shardings, trainable)
+    done = done or 0
     # records past the restored step belong to a step that did not reach its checkpoint: it is redone
     history = read_json(history_path)[:done] if os.path.exists(history_path) else []
     run.after_steps(done)
-    progress = tqdm(
-        total=last_step - first_step,
-        initial=done - first_step,
-        desc=name,
-        unit="GRPO step",
-        disable=not cfg.show_progress,
+
+    def grpo_step(state, step: int):
+        state, record = _one_step(
+            setup, store, steps, state, frozen, reference_params, run, step, iteration, seed
+        )
+        history.append(record)
+        if processes.is_primary():
+            write_json_atomic(history_path, history)
+        return state, record
+
+    state = train_loop.run_steps(
+        state,
+        grpo_step,
+        done=done,
+        stop=last_step,
+        origin=first_step,
+        checkpointing=train_loop.Checkpointing(
+            manager, setup.base_fingerprint, every=1, at_end=True, wait=True
+        ),
+        position=lambda step: checkpoints.LoopPosition(epoch=0, phase="grpo", step=step + 1),
+        progress=dict(desc=name, unit="GRPO step", disable=not cfg.show_progress),
+        postfix=lambda record: {"reward": f"{record['reward']:.3f}", "updates": record["updates"]},
+        after_step=run.after_steps,
     )
-    try:
-        for step in range(done, last_step):
-            state, record = _one_step(
-                setup,
-                store,
-                steps,
-                state,
-                frozen,
-                reference_params,
-                run,
-                step,
-                iteration,
-                seed,
-            )
-            history.append(record)
-            if processes.is_primary():
-                write_json_atomic(history_path, history)
-            position = checkpoints.LoopPosition(epoch=0, phase="grpo", step=step + 1)
-            checkpoints.save(manager, step + 1, state, position, base=setup.base_fingerprint)
-            manager.wait_until_finished()
-            run.after_steps(step + 1)
-            progress.set_postfix(reward=f"{record['reward']:.3f}", updates=record["updates"])
-            progress.update(1)
-    finally:
-        progress.close()
-        manager.wait_until_finished()
-        manager.close()
     own = [record for record in history if first_step < record["step"] <= last_step]
     return combine_trainable(state.params, frozen), {
         **_summary(grpo, own),
@@ -317,8 +301,8 @@ def _one_step(setup, store, steps, state, frozen, reference, run: GrpoRun, step,
             reference,
             dead.pairs,
             scalars,
-            buckets=_buckets(setup),
-            place=lambda batch: _place(setup, batch),
+            buckets=setup.cfg.buckets(),
+            place=lambda batch: train_loop.place_batch(setup, batch),
             seed=seed * 1000 + step,
         )
         record["dead_pair_updates"] = updates

@@ -17,22 +17,18 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
-from coevo_jax import checkpoints, sharding
+from coevo_jax import checkpoints
 from coevo_jax.atomic_files import atomic_path
 from coevo_jax.data.batching import (
-    check_right_padded,
     collate_dpo,
     collate_sft,
     plan_batches,
     tokenize_pairs,
     tokenize_sft_examples,
 )
-from coevo_jax.experiment import processes
+from coevo_jax.experiment import processes, train_loop
 from coevo_jax.experiment.policy import PolicySetup
 from coevo_jax.experiment.store import RunStore
 from coevo_jax.models import combine_trainable, partition_trainable
@@ -40,10 +36,8 @@ from coevo_jax.train import (
     MetricsLog,
     OptimizerConfig,
     StepKind,
-    abstract_state,
     dpo_config,
     phase_scalars,
-    train_state_from_params,
 )
 
 REFERENCE_FILE = "reference_logps.npz"
@@ -60,18 +54,6 @@ class PhaseSpec:
     beta: float
     epochs: int
     seed: int
-
-
-def _buckets(setup: PolicySetup) -> tuple[int, ...]:
-    return setup.cfg.buckets()
-
-
-def _place(setup: PolicySetup, batch: dict) -> dict:
-    if setup.model_cfg.right_padded:  # what its attention assumes without checking on the device
-        check_right_padded(batch["attention_mask"])
-    layout = sharding.device_layout(batch, setup.cfg.num_microbatches)
-    rows = sharding.process_rows(layout, setup.mesh, setup.rules)
-    return sharding.place_batch(rows, setup.mesh, setup.rules)
 
 
 def sft_phase(
@@ -93,7 +75,7 @@ def sft_phase(
     )
     if not examples:
         raise ValueError(f"{name}: no SFT example fits max_length={cfg.max_length}")
-    buckets, batch_size = _buckets(setup), cfg.sft.batch_size
+    buckets, batch_size = setup.cfg.buckets(), cfg.sft.batch_size
     pad = setup.tokenizer.pad_token_id
 
     def epoch_batches(epoch: int) -> list[dict]:
@@ -131,7 +113,7 @@ def dpo_phase(
     tokenized, fit = tokenize_pairs(pairs, setup.tokenizer, setup.chat_format, max_length=cfg.max_length)
     if not tokenized:
         return params, {"steps": 0, "pairs": 0, "fit": fit.to_dict(), "skipped": "no pairs"}
-    buckets, per_batch = _buckets(setup), cfg.dpo.pairs_per_batch
+    buckets, per_batch = setup.cfg.buckets(), cfg.dpo.pairs_per_batch
     pad = setup.tokenizer.pad_token_id
     lengths = [len(p) for p in tokenized]
     spec = PhaseSpec(name, kind, dpo_config(learning_rate, cfg.dpo.warmup_steps), beta, cfg.dpo.epochs, seed)
@@ -222,12 +204,12 @@ def _reference_logps(
     computed = np.zeros(len(tokenized), bool)
     computed[list(used)] = True
     lengths = [len(tokenized[i]) for i in used]
-    plan = plan_batches(lengths, per_batch, _buckets(setup), seed=0, shuffle=False)
+    plan = plan_batches(lengths, per_batch, setup.cfg.buckets(), seed=0, shuffle=False)
     for length, positions in plan:
         idx = [used[p] for p in positions]
         batch = collate_dpo([tokenized[i] for i in idx], length=length, pairs_per_batch=per_batch, pad_id=pad)
         batch = {k: v for k, v in batch.items() if k in steps.reference.keys}
-        placed = _place(setup, batch)
+        placed = train_loop.place_batch(setup, batch)
         c, r = processes.to_host(steps.reference(params, placed))
         chosen[list(idx)] = np.asarray(c).reshape(-1)[: len(idx)]
         rejected[list(idx)] = np.asarray(r).reshape(-1)[: len(idx)]
@@ -246,10 +228,9 @@ def _train(
     steps_per_epoch: int,
     total: int | None = None,
 ) -> tuple[dict, dict]:
-    """The shared update loop with mid-phase checkpoints; returns (params, summary of the last metrics).
-
-    `total` updates (default: every batch of every epoch) may end the last epoch early.
-    """
+    """The phase's updates through `train_loop.run_steps`, with mid-phase checkpoints; returns (params,
+    summary of the last metrics). `total` updates (default: every batch of every epoch) may end the last
+    epoch early."""
     cfg = setup.cfg
     steps, tx, shardings = setup.programs.steps(spec.optimizer.adamw_settings())
     step_fn, scalars = steps.step(spec.kind), phase_scalars(spec.optimizer, spec.beta)
@@ -260,35 +241,34 @@ def _train(
     )
     total = total or spec.epochs * steps_per_epoch
     trainable, frozen = partition_trainable(params, setup.model_cfg)
-    base = setup.base_fingerprint
-    if manager.latest_step() is not None:
-        target = abstract_state(setup.model_cfg, tx, shardings)
-        state, position = checkpoints.restore(manager, target, base=base)
-        done = position.epoch * steps_per_epoch + position.step
-    else:
-        state, done = train_state_from_params(jax.tree.map(jnp.copy, trainable), tx, shardings), 0
-    metrics_log, last, history = MetricsLog(every=cfg.log_every_steps), None, []
-    progress = tqdm(total=total, initial=done, desc=spec.name, unit="step", disable=not cfg.show_progress)
-    try:
-        for epoch in range(done // steps_per_epoch, spec.epochs):
-            batches = epoch_batches(epoch)
-            for index in range(
-                done - epoch * steps_per_epoch, min(len(batches), total - epoch * steps_per_epoch)
-            ):
-                state, metrics = step_fn(state, _place(setup, batches[index]), scalars, frozen)
-                done += 1
-                host = metrics_log.push(done, metrics)
-                if host is not None:
-                    history.append(host)
-                    progress.set_postfix(loss=f"{host['loss']:.4f}")
-                progress.update(1)
-                if done % cfg.checkpoint_every_steps == 0 and done < total:
-                    position = checkpoints.LoopPosition(epoch=epoch, phase=spec.name, step=index + 1)
-                    checkpoints.save(manager, done, state, position, base=base)
-    finally:  # an interrupted phase still completes the checkpoint it started
-        progress.close()
-        manager.wait_until_finished()
-        manager.close()
+    state, position, _ = train_loop.restore_or_start(setup, manager, tx, shardings, trainable)
+    done = 0 if position is None else position.epoch * steps_per_epoch + position.step
+    metrics_log, history, epochs = MetricsLog(every=cfg.log_every_steps), [], {}
+
+    def update(state, index: int):
+        epoch = index // steps_per_epoch
+        if epoch not in epochs:  # an epoch's batches are built as the loop enters it
+            epochs.clear()
+            epochs[epoch] = epoch_batches(epoch)
+        batch = epochs[epoch][index % steps_per_epoch]
+        state, metrics = step_fn(state, train_loop.place_batch(setup, batch), scalars, frozen)
+        host = metrics_log.push(index + 1, metrics)
+        if host is not None:
+            history.append(host)
+        return state, host
+
+    state = train_loop.run_steps(
+        state,
+        update,
+        done=done,
+        stop=total,
+        checkpointing=train_loop.Checkpointing(manager, setup.base_fingerprint, cfg.checkpoint_every_steps),
+        position=lambda index: checkpoints.LoopPosition(
+            epoch=index // steps_per_epoch, phase=spec.name, step=index % steps_per_epoch + 1
+        ),
+        progress=dict(desc=spec.name, unit="step", disable=not cfg.show_progress),
+        postfix=lambda host: {"loss": f"{host['loss']:.4f}"},
+    )
     last = metrics_log.flush()
     if last is not None:
         history.append(last)

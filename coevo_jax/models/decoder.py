@@ -128,7 +128,7 @@ class Decoder(nnx.Module):
             )
             return self.final_norm(x_BxTxD), kv
         graphdef, stacked = nnx.split(self.layers)
-        gather = self._layer_for_compute
+        gather = self.layer_for_compute
 
         def step(carry, layer_and_params):
             x_BxTxD, kv = carry
@@ -201,9 +201,9 @@ class Decoder(nnx.Module):
 
             return jax.tree_util.tree_map_with_path(one, stacked_params)
 
-        return [self._layer_for_compute(take(layer)) for layer in range(self.config.num_layers)]
+        return [self.layer_for_compute(take(layer)) for layer in range(self.config.num_layers)]
 
-    def _layer_for_compute(self, params: dict, kind: str | None = None) -> dict:
+    def layer_for_compute(self, params: dict, kind: str | None = None) -> dict:
         """One layer's weights as its block uses them: cast to the compute dtype and gathered over the FSDP
         axes (`layer_shardings`, set by `bind`; of the `kind`'s stack with several kinds), or as stored
         without them."""

@@ -75,7 +75,7 @@ def full_pass(decoder, x_BxTxD, positions_BxT, mask_BxT, dropout_key=None):
 
         def step(x_BxTxD, layer_and_params, graphdef=graphdef, kind=kind, shared_kv=shared_kv):
             layer, layer_params = layer_and_params
-            block = nnx.merge(graphdef, decoder._layer_for_compute(layer_params, kind))
+            block = nnx.merge(graphdef, decoder.layer_for_compute(layer_params, kind))
             layer_key = None if dropout_key is None else jax.random.fold_in(dropout_key, layer)
             x_BxTxD, _, kv = block(
                 x_BxTxD, positions_BxT, mask_BxT, None, None, layer_key, shared_kv, return_kv=True
@@ -102,7 +102,7 @@ def layer_params(decoder, layer: int) -> dict:
     """Layer `layer`'s weights, sliced out of its kind's stack and made ready for compute."""
     (_, kind), index = decoder.config.layer_site(layer)
     stacked = nnx.to_pure_dict(nnx.state(decoder.layers[kind]))
-    return decoder._layer_for_compute(jax.tree.map(lambda w: w[index], stacked), kind)
+    return decoder.layer_for_compute(jax.tree.map(lambda w: w[index], stacked), kind)
 
 
 def cached_pass(
