@@ -9,7 +9,7 @@ from seeds import fresh_seed
 from test_data_export import episode, write_run
 
 from coevo_jax.analysis import hard_negatives
-from coevo_jax.data.pairs import EXPERT_VS_TARGET, FAILURE_VS_FAILURE, PreferencePair
+from coevo_jax.data.pair_pool import EXPERT_VS_TARGET, FAILURE_VS_FAILURE, PreferencePair
 
 
 def _pairs(rng, n):

@@ -11,13 +11,8 @@ import pytest
 
 from coevo_jax.data.batching import collate_dpo, plan_batches, tokenize_pairs
 from coevo_jax.data.chat_format import ChatTemplateFormat
-from coevo_jax.data.pairs import (
-    EXPERT_VS_FAILURE,
-    EXPERT_VS_TARGET,
-    FAILURE_VS_FAILURE,
-    build_failure_pairs,
-    build_target_pairs,
-)
+from coevo_jax.data.pair_pool import EXPERT_VS_FAILURE, EXPERT_VS_TARGET, FAILURE_VS_FAILURE
+from coevo_jax.data.pairs import build_failure_pairs, build_target_pairs
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import ASSISTANT, USER, Message, Trajectory, write_trajectories
 from coevo_jax.tokenization.gguf import load_gguf_tokenizer

@@ -8,20 +8,22 @@ import random
 
 import pytest
 
-from coevo_jax.data.pairs import (
+from coevo_jax.data.pair_pool import (
     EXPERT_VS_FAILURE,
     EXPERT_VS_POSITIVE,
     EXPERT_VS_TARGET,
     FAILURE_AGENT_VS_FAILURE_AGENT,
     FAILURE_VS_FAILURE,
     TARGET_VS_TARGET,
+    deduplicate,
+)
+from coevo_jax.data.pairs import (
     build_best_of_n_pairs,
     build_eto_pairs,
     build_expert_failure_pairs,
     build_failure_pairs,
     build_positive_agent_pairs,
     build_target_pairs,
-    deduplicate,
     select_rft,
 )
 from coevo_jax.data.records import Message, Trajectory

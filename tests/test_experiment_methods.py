@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coevo_jax.data.pairs import EXPERT_VS_FAILURE, EXPERT_VS_TARGET, FAILURE_VS_FAILURE
+from coevo_jax.data.pair_pool import EXPERT_VS_FAILURE, EXPERT_VS_TARGET, FAILURE_VS_FAILURE
 from coevo_jax.data.records import Message, Trajectory
 from coevo_jax.experiment.config import METHODS, ExperimentConfig, RolloutSpec
 from coevo_jax.experiment.methods import METHOD_RUNNERS

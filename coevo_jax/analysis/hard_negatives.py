@@ -17,7 +17,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from coevo_jax.data.pairs import PreferencePair
+from coevo_jax.data.pair_pool import PreferencePair
 from coevo_jax.experiment import run_data
 from coevo_jax.experiment.config import METHOD_TITLES
 from coevo_jax.experiment.reuse import policy_family

@@ -71,7 +71,7 @@ from coevo_jax.data.formats import (
 )
 from coevo_jax.data.grpo_rows import SampledSequence, collate_grpo, sampled_sequence
 from coevo_jax.data.json_files import DataFormatError
-from coevo_jax.data.pairs import (
+from coevo_jax.data.pair_pool import (
     DEFAULT_HARD_NEGATIVE_THRESHOLD,
     EXPERT_VS_FAILURE,
     EXPERT_VS_POSITIVE,
@@ -81,11 +81,13 @@ from coevo_jax.data.pairs import (
     TARGET_VS_TARGET,
     PreferenceDataset,
     PreferencePair,
+    deduplicate,
+)
+from coevo_jax.data.pairs import (
     build_eto_pairs,
     build_failure_pairs,
     build_positive_agent_pairs,
     build_target_pairs,
-    deduplicate,
     select_rft,
 )
 from coevo_jax.data.record_reader import ReadReport, parse_record, parse_records, read_trajectories

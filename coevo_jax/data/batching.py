@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from coevo_jax.data.chat_format import TokenizedTrajectory, tokenize_trajectory
-from coevo_jax.data.pairs import PreferencePair
+from coevo_jax.data.pair_pool import PreferencePair
 from coevo_jax.data.records import Trajectory
 
 log = logging.getLogger(__name__)

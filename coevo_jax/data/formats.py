@@ -26,7 +26,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from coevo_jax.data.json_files import DataFormatError, load_json_records, write_json_records
-from coevo_jax.data.pairs import PreferencePair
+from coevo_jax.data.pair_pool import PreferencePair
 from coevo_jax.data.record_reader import (
     ReadReport,
     parse_all,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 
-from coevo_jax.data.pairs import PreferenceDataset
+from coevo_jax.data.pair_pool import PreferenceDataset
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import Trajectory
 

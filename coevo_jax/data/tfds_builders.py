@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from coevo_jax.data.json_files import DataFormatError
-from coevo_jax.data.pairs import PreferenceDataset, PreferencePair
+from coevo_jax.data.pair_pool import PreferenceDataset, PreferencePair
 from coevo_jax.data.record_reader import parse_reward, parse_token_trace, parse_weight
 from coevo_jax.data.records import Message, Trajectory
 from coevo_jax.data.reports import DatasetReport

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from coevo_jax.data.batching import collate_dpo, plan_batches, tokenize_pairs
-from coevo_jax.data.pairs import DEFAULT_HARD_NEGATIVE_THRESHOLD, FAILURE_PAIR_WEIGHTS, PreferencePair
+from coevo_jax.data.pair_pool import DEFAULT_HARD_NEGATIVE_THRESHOLD, FAILURE_PAIR_WEIGHTS, PreferencePair
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import GRADED_SCORE
 from coevo_jax.experiment import processes

@@ -30,7 +30,7 @@ import os
 import re
 import types
 
-from coevo_jax.data.pairs import PreferenceDataset
+from coevo_jax.data.pair_pool import PreferenceDataset
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import Trajectory
 from coevo_jax.experiment.config import COEVOLVE_METHODS, ExperimentConfig

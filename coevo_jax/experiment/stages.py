@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from coevo_jax.atomic_files import atomic_path
 from coevo_jax.data.formats import pair_to_record
-from coevo_jax.data.pairs import PreferenceDataset, PreferencePair
+from coevo_jax.data.pair_pool import PreferenceDataset, PreferencePair
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import Trajectory
 from coevo_jax.envs.base import Environment

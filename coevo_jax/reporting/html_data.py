@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from coevo_jax.data.pairs import PreferencePair
+from coevo_jax.data.pair_pool import PreferencePair
 from coevo_jax.data.records import Trajectory
 from coevo_jax.reporting.results import sorted_iterations
 from coevo_jax.reporting.run_files import PairPhase, eval_policy

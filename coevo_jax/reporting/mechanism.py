@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from coevo_jax.data.pairs import DEFAULT_HARD_NEGATIVE_THRESHOLD
+from coevo_jax.data.pair_pool import DEFAULT_HARD_NEGATIVE_THRESHOLD
 from coevo_jax.reporting.results import as_runs, seeds_note, sorted_iterations
 from coevo_jax.reporting.tables import mean_std_cell
 

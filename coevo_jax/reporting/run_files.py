@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from coevo_jax.data.formats import parse_pair_record
 from coevo_jax.data.json_files import load_json_records
-from coevo_jax.data.pairs import PreferencePair
+from coevo_jax.data.pair_pool import PreferencePair
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import Trajectory
 
