@@ -78,7 +78,7 @@ def bench_variant(variant: str, length: int, warmup: int, timed: int) -> dict:
     from coevo_jax.train.state import init_train_state
 
     unrolled, pair = variant.startswith("unrolled"), variant.endswith("_pair")
-    cfg = ModelConfig(**QUICKSTART_MODEL, dtype="float32", unroll_layers=unrolled, right_padded=True)
+    cfg = ModelConfig(**QUICKSTART_MODEL, dtype="float32", unroll_layers=unrolled)
     steps, scalars, tx, shardings, mesh, rules = common.build_dpo_steps(cfg, 6e-3, 0.0)
     step = steps.step(StepKind.SFT)
     agents = 2 if pair else 1

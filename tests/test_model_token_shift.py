@@ -9,13 +9,7 @@ import numpy as np
 import pytest
 from seeds import fresh_seed
 
-from coevo_jax.models.token_shift import (
-    index_of_position,
-    shift_cached,
-    shift_full,
-    shift_right_padded,
-    write_ids,
-)
+from coevo_jax.models.token_shift import index_of_position, shift_cached, shift_full, write_ids
 
 
 def reference(x, mask, weights):
@@ -53,34 +47,6 @@ def test_shift_full_matches_the_reference(width):
     expected = reference(x, mask, weights)
     valid = mask > 0
     np.testing.assert_allclose(np.asarray(got)[valid], expected[valid], rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("width", [1, 4])
-def test_right_padded_shift_matches_the_reference_and_the_gathers(width):
-    import jax
-
-    seed = fresh_seed()
-    rng = np.random.default_rng(seed)
-    batch, length, hidden = 4, 11, 6
-    x = rng.standard_normal((batch, length, hidden))
-    weights = rng.standard_normal((width, hidden))
-    lengths = [length, 7, 1, 0]
-    mask = (np.arange(length)[None, :] < np.array(lengths)[:, None]).astype(np.int32)
-    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
-    got = shift_right_padded(jnp.asarray(x), jnp.asarray(mask), jnp.asarray(weights))
-    valid = mask > 0
-    np.testing.assert_allclose(
-        np.asarray(got)[valid], reference(x, mask, weights)[valid], rtol=1e-5, atol=1e-5
-    )
-    # The same values and gradients as the gather path it replaces, on the real tokens.
-    probe = jnp.asarray(rng.standard_normal((batch, length, hidden)) * valid[..., None])
-    fast = lambda x, w: jnp.sum(shift_right_padded(x, jnp.asarray(mask), w) * probe)
-    slow = lambda x, w: jnp.sum(shift_full(x, jnp.asarray(positions), jnp.asarray(mask), w) * probe)
-    args = (jnp.asarray(x, jnp.float32), jnp.asarray(weights, jnp.float32))
-    for a, b in zip(
-        jax.grad(fast, argnums=(0, 1))(*args), jax.grad(slow, argnums=(0, 1))(*args), strict=True
-    ):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5, err_msg=f"seed {seed}")
 
 
 def test_index_of_position_inverts_the_positions():

@@ -49,7 +49,7 @@ from coevo_jax.models.kernels import kernel_set, resolve
 from coevo_jax.models.kv_cache import KVCache, empty_cache, place_chunk
 from coevo_jax.models.layers import RMSNorm, constrain, normal, param, stack_layers
 from coevo_jax.models.lora import SITES, add_adapters
-from coevo_jax.models.token_shift import shift_cached, shift_full, shift_right_padded, write_ids
+from coevo_jax.models.token_shift import shift_cached, shift_full, write_ids
 
 
 class Decoder(nnx.Module):
@@ -226,10 +226,7 @@ class Decoder(nnx.Module):
         positions_BxT = jnp.maximum(jnp.cumsum(mask_BxT, axis=1) - 1, 0)
         if self.token_shift is not None:
             weights_NxD = self.token_shift[...].astype(self.config.dtype)
-            if self.config.right_padded:
-                x_BxTxD = shift_right_padded(x_BxTxD, mask_BxT, weights_NxD)
-            else:
-                x_BxTxD = shift_full(x_BxTxD, positions_BxT, mask_BxT, weights_NxD)
+            x_BxTxD = shift_full(x_BxTxD, positions_BxT, mask_BxT, weights_NxD)
         hidden_BxTxD, _ = self._layers(x_BxTxD, positions_BxT, mask_BxT, None, None, dropout_key)
         return hidden_BxTxD
 

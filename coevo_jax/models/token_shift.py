@@ -48,18 +48,6 @@ def shift_full(x_BxTxD, positions_BxT, mask_BxT, weights_NxD) -> jax.Array:
     return out_BxTxD
 
 
-def shift_right_padded(x_BxTxD, mask_BxT, weights_NxD) -> jax.Array:
-    """`shift_full` for rows whose real tokens are a prefix (`ModelConfig.right_padded`): position p sits in
-    column p, so the previous tokens are static slices, not gathers (whose backward is a scatter-add)."""
-    width, length = weights_NxD.shape[0], x_BxTxD.shape[1]
-    out_BxTxD = x_BxTxD
-    for j in range(1, width + 1):
-        previous_BxTxD = jnp.pad(x_BxTxD[:, : length - j], ((0, 0), (j, 0), (0, 0)))
-        valid_BxT = (jnp.arange(length) >= j)[None, :] & (mask_BxT > 0)
-        out_BxTxD = out_BxTxD + jnp.where(valid_BxT[..., None], previous_BxTxD * weights_NxD[j - 1], 0)
-    return out_BxTxD
-
-
 def write_ids(ids_BxS, slots_BxT, input_ids_BxT) -> jax.Array:
     """The cache's token ids with a chunk's tokens written into their slots (padding slots are dropped)."""
     rows_Bx1 = jnp.arange(ids_BxS.shape[0])[:, None]
