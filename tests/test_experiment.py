@@ -17,7 +17,7 @@ from coevo_jax import envs
 from coevo_jax.coevolve import ABLATIONS
 from coevo_jax.data.record_reader import read_trajectories
 from coevo_jax.data.records import write_trajectories
-from coevo_jax.experiment import phases, rollouts
+from coevo_jax.experiment import phases, rollouts, train_loop
 from coevo_jax.experiment.config import (
     EXECUTION_FIELDS,
     METHOD_TITLES,
@@ -303,7 +303,7 @@ class SimulatedKill(Exception):
 
 
 def _interrupt_after(monkeypatch, calls: int):
-    place, count = phases._place, {"n": 0}
+    place, count = train_loop.place_batch, {"n": 0}
 
     def failing_place(setup, batch):
         count["n"] += 1
@@ -311,7 +311,7 @@ def _interrupt_after(monkeypatch, calls: int):
             raise SimulatedKill(f"killed before step {count['n']}")
         return place(setup, batch)
 
-    monkeypatch.setattr(phases, "_place", failing_place)
+    monkeypatch.setattr(train_loop, "place_batch", failing_place)
 
 
 @pytest.mark.slow  # 25 s each: a tiny phase end to end; the quick loop stays under 5 min
@@ -435,7 +435,7 @@ def test_a_dpo_phase_scores_the_reference_only_on_the_pairs_its_updates_see(tiny
         pairs, setup.tokenizer, setup.chat_format, max_length=setup.cfg.max_length
     )
     lengths = [len(p) for p in tokenized]
-    first = plan_batches(lengths, setup.cfg.dpo.pairs_per_batch, phases._buckets(setup), seed=5 * 1000)[0][1]
+    first = plan_batches(lengths, setup.cfg.dpo.pairs_per_batch, setup.cfg.buckets(), seed=5 * 1000)[0][1]
     with np.load(os.path.join(store.scratch_dir("dpo"), phases.REFERENCE_FILE)) as saved:
         assert sorted(np.flatnonzero(saved["computed"]).tolist()) == sorted(first)
         assert 0 < len(first) < len(pairs) and np.all(saved["chosen"][~saved["computed"]] == 0)
