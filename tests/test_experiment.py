@@ -455,6 +455,7 @@ def test_zero_shot_evaluates_the_starting_parameters_without_training_or_saving_
     assert "| Zero-shot |" in (tmp_path / "table.md").read_text()
 
 
+@pytest.mark.slow  # a tiny two-iteration run end to end
 def test_evaluation_at_the_sft_policy_and_the_last_iteration_only(tmp_path):
     config = tiny_config(methods=("eto",), iterations=2, env={"eval_every_iteration": False})
     results = run(config, str(tmp_path))
