@@ -18,11 +18,11 @@ def test_the_dev_curve_table_is_recomputed_from_the_committed_dev_runs():
 
 
 def test_a_dev_row_reads_the_mechanism_counts_of_iteration_1():
-    (run,) = [load_results(p) for p in sorted((STUDY / "dev").glob("experts300_t1_*.json"))]
+    (run,) = [load_results(p) for p in sorted((STUDY / "dev").glob("experts300_t1_seed0.json"))]
     coevo = run["methods"]["CoEvolving"]["iterations"][1]
     row = dev_curve_rows([run])[0].split(" | ")
     assert (
-        row[5]
+        row[6]
         == f"{coevo['explore']['target']['failures']} ({100 * coevo['explore']['target']['failure_avg_reward']:.1f})"
     )
-    assert row[7] == str(coevo["failed_by_both"]) and row[8] == str(coevo["pairs"]["failure"]["pairs"])
+    assert row[8] == str(coevo["failed_by_both"]) and row[9] == str(coevo["pairs"]["failure"]["pairs"])

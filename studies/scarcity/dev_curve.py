@@ -4,7 +4,7 @@
 
 Each file is the `results.json` of one `configs/scarcity_study.py:K,dev` run (one co-evolution iteration
 on the dev splits, every train task with an expert explored by each agent). One row per run: K, the
-exploration temperature, the SFT epochs, the SFT target's dev scores, then iteration 1's exploration
+exploration temperature and episodes per task and agent, the SFT epochs, the SFT target's dev scores, then iteration 1's exploration
 (failures per agent and their mean reward, tasks both failed), the pairs it made (D_fail for the failure
 agent; the target's pairs and hard negatives) and the co-evolved target's dev reward against SFT's.
 """
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from coevo_jax.reporting.results import load_results
 
 HEADER = (
-    "| K | T | SFT epochs | SFT dev | SFT dev_unseen | target failures | failure-agent failures | both failed "
+    "| K | T | samples | SFT epochs | SFT dev | SFT dev_unseen | target failures | failure-agent failures | both failed "
     "| D_fail pairs | target pairs (hard neg.) | CoEvolving − SFT, dev / dev_unseen |"
 )
 
@@ -45,6 +45,7 @@ def dev_curve_row(results: dict) -> str:
     cells = [
         str(config["env"]["expert_tasks"]),
         f"{config['rollout']['temperature']:g}",
+        str(config["rollout"]["samples_per_task"]),
         str(config["sft"]["epochs"]),
         _score(sft, "dev"),
         _score(sft, "dev_unseen"),
@@ -59,8 +60,12 @@ def dev_curve_row(results: dict) -> str:
 
 
 def dev_curve_rows(runs: Sequence[dict]) -> list[str]:
-    """Rows by K, then temperature."""
-    key = lambda r: (r["config"]["env"]["expert_tasks"], r["config"]["rollout"]["temperature"])  # noqa: E731
+    """Rows by K, then temperature, then samples per task."""
+    key = lambda r: (  # noqa: E731
+        r["config"]["env"]["expert_tasks"],
+        r["config"]["rollout"]["temperature"],
+        r["config"]["rollout"]["samples_per_task"],
+    )
     return [dev_curve_row(r) for r in sorted(runs, key=key)]
 
 
