@@ -17,18 +17,6 @@ from coevo_jax.experiment.config import default_config
 
 
 def get_config() -> ConfigDict:
-    config = default_config()
-    config.seed = 0
-    config.checkpoint_every_steps = 50
-    config.log_every_steps = 5
-    config.show_progress = True
-    blocks.smollm2_policy(config)
-    blocks.smollm2_recipe(config, rows=16)
-    blocks.bfcl_environment(config)
-    blocks.smollm2_grpo(config)
-    config.iterations = 1
-    config.env.expert_tasks = 32
-    config.env.explore_tasks = 32
-    config.model.compute_dtype = "float32"  # 1.4x bf16 on AVX2 CPUs (studies/smollm2/README.md#bfcl-1)
+    config = blocks.bfcl_smollm2_run(default_config())
     config.methods = ("zero_shot", "sft", "grpo", "coevolve")
     return config

@@ -19,15 +19,7 @@ from coevo_jax.experiment.config import default_config
 
 
 def get_config() -> ConfigDict:
-    config = default_config()
-    config.seed = 0
-    config.iterations = 3
-    config.checkpoint_every_steps = 200
-    config.log_every_steps = 10
-    config.show_progress = True
-    blocks.builtin_environment(config)
-    blocks.scratch_policy(config)
-    blocks.scratch_recipe(config)
+    config = blocks.scratch_builtin_run(default_config())
     config.methods = ("sft", "grpo", "coevolve")
     config.iterations = 2
     config.env.explore_tasks = 160

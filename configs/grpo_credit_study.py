@@ -17,15 +17,7 @@ from coevo_jax.experiment.config import default_config
 
 
 def get_config(variant: str = "episode") -> ConfigDict:
-    config = default_config()
-    config.seed = 0
-    config.iterations = 3
-    config.checkpoint_every_steps = 200
-    config.log_every_steps = 10
-    config.show_progress = True
-    blocks.builtin_environment(config)
-    blocks.scratch_policy(config)
-    blocks.scratch_recipe(config)
+    config = blocks.scratch_builtin_run(default_config())
     # builtin_study.py's settings on its 10-epoch SFT base, whose workdirs seed these runs (--reuse_from)
     config.methods = ("sft", "grpo")
     config.iterations = 2

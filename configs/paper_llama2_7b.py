@@ -18,13 +18,4 @@ from coevo_jax.experiment.config import default_config
 
 
 def get_config(env: str = "sciworld") -> ConfigDict:
-    config = default_config()
-    config.seed = 0
-    config.methods = ("sft", "rft", "eto", "coevo")
-    config.checkpoint_every_steps = 100
-    config.log_every_steps = 10
-    config.show_progress = True
-    blocks.paper_environment(config, env)
-    blocks.paper_recipe(config)
-    config.model.source = "~/models/Llama-2-7b-chat-hf"
-    return config
+    return blocks.paper_run(default_config(), env, "~/models/Llama-2-7b-chat-hf")

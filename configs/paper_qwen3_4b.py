@@ -11,13 +11,4 @@ from coevo_jax.experiment.config import default_config
 
 
 def get_config(env: str = "sciworld") -> ConfigDict:
-    config = default_config()
-    config.seed = 0
-    config.methods = ("sft", "rft", "eto", "coevo")
-    config.checkpoint_every_steps = 100
-    config.log_every_steps = 10
-    config.show_progress = True
-    blocks.paper_environment(config, env)
-    blocks.paper_recipe(config)
-    config.model.source = "~/models/Qwen3-4B"
-    return config
+    return blocks.paper_run(default_config(), env, "~/models/Qwen3-4B")

@@ -17,17 +17,8 @@ from coevo_jax.experiment.config import default_config
 
 
 def get_config() -> ConfigDict:
-    config = default_config()
-    config.seed = 0
+    config = blocks.scratch_builtin_run(default_config())
     config.methods = ("sft", "eto", "coevo")
-    config.iterations = 3
-    config.checkpoint_every_steps = 200
-    config.log_every_steps = 10
-    config.show_progress = True
-
-    blocks.builtin_environment(config)
-    blocks.scratch_policy(config)
-    blocks.scratch_recipe(config)
     config.env.explore_tasks = 160  # D_fail pairs per iteration: 23-28 with 96 tasks, 27-38 with 128
     config.env.eval_tasks = 50
     return config

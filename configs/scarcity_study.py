@@ -30,16 +30,8 @@ def get_config(arg: str = "800") -> ConfigDict:
     if not parts or not parts[0].isdigit() or set(parts[1:]) - {"dev"}:
         raise ValueError(f"configs/scarcity_study.py:{arg}: expected 'K' or 'K,dev' with K an expert count")
     experts, dev = int(parts[0]), "dev" in parts[1:]
-    config = default_config()
-    config.seed = 0
+    config = blocks.scratch_builtin_run(default_config())
     config.methods = ("sft", "eto", "coevo", "coevo_expert_pairs")
-    config.iterations = 3
-    config.checkpoint_every_steps = 200
-    config.log_every_steps = 10
-    config.show_progress = True
-    blocks.builtin_environment(config)
-    blocks.scratch_policy(config)
-    blocks.scratch_recipe(config)
     config.env.expert_tasks = experts
     config.env.explore_tasks = 0  # every train task with an expert, by each agent, every iteration
     config.env.eval_tasks = None  # the whole splits

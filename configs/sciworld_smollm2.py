@@ -18,16 +18,9 @@ from coevo_jax.experiment.config import default_config
 
 
 def get_config() -> ConfigDict:
-    config = default_config()
-    config.seed = 0
-    config.checkpoint_every_steps = 50
-    config.log_every_steps = 5
-    config.show_progress = True
-    blocks.smollm2_policy(config)
-    blocks.smollm2_recipe(config, rows=16)
+    config = blocks.smollm2_run(default_config(), rows=16)
     blocks.environment(config, "sciworld", java_max_heap="384m")
     config.methods = ("sft", "rft", "eto", "coevo")
-    config.iterations = 1
     config.env.expert_tasks = 32
     config.env.explore_tasks = 16
     config.env.eval_tasks = 8

@@ -16,16 +16,9 @@ from coevo_jax.experiment.config import default_config
 
 
 def get_config() -> ConfigDict:
-    config = default_config()
-    config.seed = 0
-    config.checkpoint_every_steps = 50
-    config.log_every_steps = 5
-    config.show_progress = True
-    blocks.smollm2_policy(config)
-    blocks.smollm2_recipe(config, rows=8)
+    config = blocks.smollm2_run(default_config(), rows=8)
     blocks.environment(config, "intercode_sql", max_observation_chars=1000, backend="sqlite")
     config.methods = ("sft", "rft", "eto", "coevo")
-    config.iterations = 1
     config.env.expert_tasks = 96
     config.env.explore_tasks = 32
     config.env.eval_tasks = 32

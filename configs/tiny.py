@@ -57,10 +57,7 @@ def get_config(variant: str = "") -> ConfigDict:
     config.model.compute_dtype = "float32"
     config.model.sample_dtype = "float32"
     config.model.token_shift = 0
-    config.model.lora_rank = 0  # > 0: LoRA adapters of this rank train; the base is frozen and shared
-    config.model.lora_alpha = 16.0
-    config.model.lora_dropout = 0.0
-    config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
+    blocks.lora_settings(config)
 
     config.sft.epochs = 2
     config.sft.learning_rate = 3e-3

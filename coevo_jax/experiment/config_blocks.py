@@ -118,6 +118,19 @@ def scratch_policy(config: ConfigDict) -> ConfigDict:
     return config
 
 
+def scratch_builtin_run(config: ConfigDict) -> ConfigDict:
+    """The built-in environment, the scratch policy and its recipe, seed 0, 3 iterations, a checkpoint every
+    200 updates: what the quickstart and the built-in studies share."""
+    config.seed = 0
+    config.iterations = 3
+    config.checkpoint_every_steps = 200
+    config.log_every_steps = 10
+    config.show_progress = True
+    builtin_environment(config)
+    scratch_policy(config)
+    return scratch_recipe(config)
+
+
 def scratch_recipe(config: ConfigDict) -> ConfigDict:
     """The scratch policy's training, chosen on the dev splits (studies/quickstart/README.md): SFT, the
     paper's preference phases (3 epochs over each phase's own pairs), exploration and GRPO."""
@@ -147,6 +160,16 @@ def scratch_recipe(config: ConfigDict) -> ConfigDict:
     return config
 
 
+def lora_settings(config: ConfigDict) -> ConfigDict:
+    """Full fine-tuning, with the adapters `--config.model.lora_rank=R` switches on: alpha 16, no dropout, on
+    every projection."""
+    config.model.lora_rank = 0  # > 0: LoRA adapters of this rank train; the base is frozen and shared
+    config.model.lora_alpha = 16.0
+    config.model.lora_dropout = 0.0
+    config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
+    return config
+
+
 def smollm2_policy(config: ConfigDict) -> ConfigDict:
     """SmolLM2-135M-Instruct from its bundled GGUF (offline), fully fine-tuned in bf16 with remat; LoRA
     (`model.lora_rank` > 0) trains adapters on every projection instead."""
@@ -154,10 +177,7 @@ def smollm2_policy(config: ConfigDict) -> ConfigDict:
     config.model.compute_dtype = "bfloat16"
     config.model.sample_dtype = "float32"
     config.model.remat = True
-    config.model.lora_rank = 0  # > 0: LoRA adapters of this rank train; the base is frozen and shared
-    config.model.lora_alpha = 16.0
-    config.model.lora_dropout = 0.0
-    config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
+    lora_settings(config)
     return config
 
 
@@ -191,6 +211,18 @@ def smollm2_recipe(config: ConfigDict, *, rows: int) -> ConfigDict:
     return config
 
 
+def smollm2_run(config: ConfigDict, *, rows: int) -> ConfigDict:
+    """SmolLM2 and its CPU recipe on `rows` sampler rows, seed 0, one iteration, a checkpoint every 50
+    updates: what the SmolLM2 configs share."""
+    config.seed = 0
+    config.iterations = 1
+    config.checkpoint_every_steps = 50
+    config.log_every_steps = 5
+    config.show_progress = True
+    smollm2_policy(config)
+    return smollm2_recipe(config, rows=rows)
+
+
 def paper_recipe(config: ConfigDict) -> ConfigDict:
     """ETO's recipe at the paper's scale, for GPUs: SFT 3 epochs at lr 2e-5 (cosine, 3 % warmup, batch 64),
     DPO beta 0.1 at lr 1e-6 with 32 pairs a batch and 3 epochs a phase, 4,096-token sequences, FSDP over every
@@ -204,10 +236,7 @@ def paper_recipe(config: ConfigDict) -> ConfigDict:
     config.model.param_dtype = "float32"
     config.model.sample_dtype = "bfloat16"
     config.model.remat = True
-    config.model.lora_rank = 0  # > 0: LoRA adapters of this rank train; the base is frozen and shared
-    config.model.lora_alpha = 16.0
-    config.model.lora_dropout = 0.0
-    config.model.lora_targets = ("q", "k", "v", "o", "gate", "up", "down")
+    lora_settings(config)
 
     config.sft.epochs = 3
     config.sft.learning_rate = 2e-5
@@ -259,6 +288,18 @@ def smollm2_grpo(config: ConfigDict) -> ConfigDict:
     return config
 
 
+def bfcl_smollm2_run(config: ConfigDict) -> ConfigDict:
+    """SmolLM2 on BFCL as both BFCL configs run it: SFT on 32 experts, 32 explored tasks, float32 training
+    (1.4x bf16 on AVX2 CPUs, studies/smollm2/README.md#bfcl-1), SmolLM2's GRPO."""
+    smollm2_run(config, rows=16)
+    bfcl_environment(config)
+    smollm2_grpo(config)
+    config.env.expert_tasks = 32
+    config.env.explore_tasks = 32
+    config.model.compute_dtype = "float32"
+    return config
+
+
 # The credit studies' GRPO variants: the `grpo` fields each sets.
 CREDIT_VARIANTS = {
     "episode": dict(advantage="episode", dead_groups="none"),
@@ -283,6 +324,20 @@ PAPER_ENVIRONMENTS = {
     "sciworld": ("sciworld", {"java_max_heap": "1g"}, 3),
     "sql": ("intercode_sql", {"backend": "sqlite"}, 5),
 }
+
+
+def paper_run(config: ConfigDict, env: str, model_source: str) -> ConfigDict:
+    """The paper's setting: SFT, RFT, ETO and co-evolution on one of its environments with ETO's recipe and
+    the checkpoint at `model_source`."""
+    config.seed = 0
+    config.methods = ("sft", "rft", "eto", "coevo")
+    config.checkpoint_every_steps = 100
+    config.log_every_steps = 10
+    config.show_progress = True
+    paper_environment(config, env)
+    paper_recipe(config)
+    config.model.source = model_source
+    return config
 
 
 def paper_environment(config: ConfigDict, env: str) -> ConfigDict:
